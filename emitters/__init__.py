@@ -1,0 +1,70 @@
+"""Emitters: one printer per target over the same kernel IR, registered by name.
+
+An emitter turns a list of ``symgrad.ir.Kernel`` into the text of one file (``emit_module``) and can show
+the part for one kernel (``emit_function``). Emitters never differentiate; adding a target means adding
+one module here that calls ``register``.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Callable, Protocol, Sequence
+
+from symgrad.ir import Kernel
+
+VERSION = "1"   # bump when any emitter's output changes meaning (part of every cache key)
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """Where the kernels come from, for banners."""
+
+    source: str          # 'model.py'
+    symgrad_version: str
+
+
+class Emitter(Protocol):
+    name: str
+    filename: str
+
+    def emit_module(self, kernels: Sequence[Kernel], info: ModelInfo) -> str: ...
+
+    def emit_function(self, kernel: Kernel) -> str: ...
+
+
+_REGISTRY: dict[str, Callable[[], Emitter]] = {}
+
+
+def register(name: str) -> Callable[[Callable[[], Emitter]], Callable[[], Emitter]]:
+    def wrap(factory: Callable[[], Emitter]) -> Callable[[], Emitter]:
+        _REGISTRY[name] = factory
+        return factory
+    return wrap
+
+
+def get(name: str) -> Emitter:
+    _load_builtin()
+    try:
+        return _REGISTRY[name]()
+    except KeyError:
+        raise KeyError(f"no emitter named {name!r}; available: {', '.join(sorted(_REGISTRY))}") from None
+
+
+def names() -> list[str]:
+    _load_builtin()
+    return sorted(_REGISTRY)
+
+
+def _load_builtin() -> None:
+    import importlib
+    import pkgutil
+    for info in pkgutil.iter_modules(__path__):
+        if not info.name.startswith("_"):
+            importlib.import_module(f"{__name__}.{info.name}")
+
+
+def one_line(text: str) -> str:
+    """Text safe inside a one-line comment of any target: printable ASCII, no comment terminators."""
+    text = text.encode("ascii", "replace").decode("ascii")
+    text = re.sub(r"[^\x20-\x7e]", "?", text)
+    return text.replace("*/", "* /").replace("\\", "/")

@@ -1,0 +1,146 @@
+"""NumPy target: a readable, importable ``.py`` module with one function per program.
+
+Each function takes the argument arrays (any broadcastable shapes, float32 or float64 — constants are
+Python scalars, so float32 stays float32) and returns its results in the order of the program's outputs.
+Piecewise becomes nested ``numpy.where``: every branch is computed but only the chosen one is used, and
+bodies run under ``numpy.errstate`` so an untaken branch's inf/NaN raises no warning.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import sympy
+from sympy.printing.numpy import NumPyPrinter
+
+from symgrad.ir import Kernel, Program, Slot
+
+from . import ModelInfo, one_line, register
+
+HELPERS = "_sg"   # symgrad.npfuncs: stable primitives and erf for arrays
+
+
+class SymgradNumPyPrinter(NumPyPrinter):
+    """Expressions only; statements and layout belong to the emitter."""
+
+    def _print_Pow(self, expr, rational=False):
+        base, exp = expr.args
+        if exp.is_Integer and 1 <= abs(int(exp)) <= 4:
+            prod = "*".join([self.parenthesize(base, 50)] * abs(int(exp)))
+            return prod if exp > 0 else f"1/({prod})"
+        if exp == sympy.S.Half:
+            return f"numpy.sqrt({self._print(base)})"
+        if exp == -sympy.S.Half:
+            return f"1/numpy.sqrt({self._print(base)})"
+        if exp.is_Rational:
+            return f"{self.parenthesize(base, 50)}**{float(exp)!r}"
+        return f"{self.parenthesize(base, 50)}**{self.parenthesize(exp, 50)}"
+
+    def _print_Relational(self, expr):
+        op = {"==": "==", "!=": "!=", "<": "<", "<=": "<=", ">": ">", ">=": ">="}[expr.rel_op]
+        return f"({self._print(expr.lhs)} {op} {self._print(expr.rhs)})"
+
+    def _print_And(self, expr):
+        return "(" + " & ".join(self._print(a) for a in expr.args) + ")"
+
+    def _print_Or(self, expr):
+        return "(" + " | ".join(self._print(a) for a in expr.args) + ")"
+
+    def _print_Not(self, expr):
+        return f"(~{self._print(expr.args[0])})"
+
+    def _print_BooleanTrue(self, expr):
+        return "True"
+
+    def _print_BooleanFalse(self, expr):
+        return "False"
+
+    def _print_ITE(self, expr):
+        c, a, b = expr.args
+        return f"numpy.where({self._print(c)}, {self._print(a)}, {self._print(b)})"
+
+    def _print_Piecewise(self, expr):
+        *branches, (last, cond) = expr.args
+        text = self._print(last) if cond == sympy.true else \
+            f"numpy.where({self._print(cond)}, {self._print(last)}, numpy.nan)"
+        for value, c in reversed(branches):
+            text = f"numpy.where({self._print(c)}, {self._print(value)}, {text})"
+        return text
+
+    def _print_Float(self, expr):
+        return repr(float(expr))
+
+    def _print_Rational(self, expr):
+        return repr(float(expr))
+
+    def _print_Abs(self, expr):
+        return f"numpy.abs({self._print(expr.args[0])})"
+
+    def _print_maximum(self, expr):
+        return f"numpy.maximum({self._print(expr.args[0])}, {self._print(expr.args[1])})"
+
+    def _print_minimum(self, expr):
+        return f"numpy.minimum({self._print(expr.args[0])}, {self._print(expr.args[1])})"
+
+    def _print_logaddexp(self, expr):
+        return f"numpy.logaddexp({self._print(expr.args[0])}, {self._print(expr.args[1])})"
+
+    def _helper(self, expr):
+        return f"{HELPERS}.{type(expr).__name__}({', '.join(self._print(a) for a in expr.args)})"
+
+    _print_sigmoid = _print_softplus = _print_logsigmoid = _print_xlogy = _helper
+    _print_erf = _print_erfc = _helper
+
+
+def _unpack(slot: Slot) -> list[str]:
+    if not slot.shape:
+        return []
+    if len(slot.shape) == 1:
+        return [f"{s} = {slot.name}[..., {i}]" for i, s in enumerate(slot.symbols)]
+    cols = slot.shape[1]
+    return [f"{s} = {slot.name}[..., {i // cols}, {i % cols}]" for i, s in enumerate(slot.symbols)]
+
+
+def _pack(slot: Slot) -> str:
+    if not slot.shape:
+        return str(slot.symbols[0])
+    return f"{HELPERS}.pack(({', '.join(map(str, slot.symbols))},), {slot.shape!r})"
+
+
+def function_name(kernel: Kernel, program: Program) -> str:
+    return f"{kernel.name}__{program.name}"
+
+
+class NumPyEmitter:
+    name = "numpy"
+    filename = "kernels_numpy.py"
+
+    def __init__(self) -> None:
+        self.printer = SymgradNumPyPrinter({"fully_qualified_modules": True, "inline": True})
+
+    def emit_program(self, kernel: Kernel, program: Program) -> str:
+        params = ", ".join(s.name for s in program.inputs)
+        lines = [f"def {function_name(kernel, program)}({params}):",
+                 f'    """{program.name} of {one_line(kernel.name)} [{one_line(kernel.origin)}]."""',
+                 '    with numpy.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):']
+        body = [line for slot in program.inputs for line in _unpack(slot)]
+        for a in program.body:
+            note = f"  # {one_line(a.note)}" if a.note else ""
+            body.append(f"{a.target} = {self.printer.doprint(a.expr)}{note}")
+        lines += [f"        {line}" for line in body or ["pass"]]
+        lines.append(f"    return ({', '.join(_pack(s) for s in program.outputs)},)")
+        return "\n".join(lines)
+
+    def emit_function(self, kernel: Kernel) -> str:
+        return "\n\n\n".join(self.emit_program(kernel, p) for p in kernel.programs)
+
+    def emit_module(self, kernels: Sequence[Kernel], info: ModelInfo) -> str:
+        head = [f"# @generated by symgrad {info.symgrad_version} from {one_line(info.source)}. Do not edit.",
+                "# Regenerate with: symgrad compile " + one_line(info.source),
+                "import numpy",
+                "",
+                f"from symgrad import npfuncs as {HELPERS}",
+                ""]
+        return "\n".join(head) + "\n\n" + "\n\n\n".join(self.emit_function(k) for k in kernels) + "\n"
+
+
+register("numpy")(NumPyEmitter)

@@ -1,0 +1,161 @@
+"""Derivation: forward CSE -> straight-line program -> reverse accumulation over it.
+
+``sympy.diff`` is only ever applied to one small assignment at a time, so gradients cost a small multiple
+of the forward program (the cheap-gradient principle) instead of swelling like tree differentiation.
+Adjoint terms that may be an exact zero selected by a ``Piecewise`` are guarded (``a == 0 ? 0 : a*d``),
+so an untaken branch's inf or NaN never reaches a gradient as ``0 * inf``.
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from itertools import count
+
+import sympy
+from sympy import Eq, Piecewise, Pow, Symbol
+
+from .rules import apply_subgradients, check_supported
+
+Assignments = list[tuple[Symbol, sympy.Expr]]
+
+
+def fresh(prefix: str):
+    """An endless supply of real symbols ``prefix0, prefix1, ...`` (renamed readably later)."""
+    return (Symbol(f"{prefix}{k}", real=True) for k in count())
+
+
+def inline_booleans(assigns: Assignments, results: list[sympy.Expr]) -> tuple[Assignments, list[sympy.Expr]]:
+    """CSE hoists conditions into Boolean temporaries; put them back so every temporary is a number."""
+    subs: dict[Symbol, sympy.Basic] = {}
+    kept: Assignments = []
+    for sym, expr in assigns:
+        expr = expr.xreplace(subs) if subs else expr
+        if isinstance(expr, sympy.logic.boolalg.Boolean) and not isinstance(expr, sympy.Expr):
+            subs[sym] = expr
+        else:
+            kept.append((sym, expr))
+    return kept, [r.xreplace(subs) if subs else r for r in results]
+
+
+def straight_line(exprs: list[sympy.Expr], prefix: str) -> tuple[Assignments, list[sympy.Expr]]:
+    """One joint CSE (order='none': fast, and never the slow 'basic' optimizations)."""
+    temps, reduced = sympy.cse(exprs, symbols=fresh(prefix), order="none")
+    return inline_booleans(list(temps), list(reduced))
+
+
+def local_derivative(expr: sympy.Expr, wrt: Symbol, where: str) -> sympy.Expr:
+    """d expr / d wrt for one assignment, with the subgradient table applied."""
+    d = apply_subgradients(sympy.diff(expr, wrt))
+    if isinstance(expr, Pow) and not expr.exp.is_Number:
+        d = sympy.powsimp(d)          # x**y*y/x (NaN at 0) -> y*x**(y - 1)
+    check_supported(d, f"{where}: derivative of {expr} with respect to {wrt}")
+    return d
+
+
+def _may_be_nonfinite(d: sympy.Expr) -> bool:
+    return not (d.is_number and d.is_finite) and not d.is_polynomial()
+
+
+@dataclass
+class Reverse:
+    """Result of reverse accumulation: adjoint assignments and one gradient expression per argument element."""
+
+    assigns: Assignments
+    grads: list[sympy.Expr]
+
+
+def reverse_accumulate(body: Assignments, seeds: dict[Symbol, sympy.Expr], wrt: list[Symbol],
+                       where: str) -> Reverse:
+    """Walk ``body`` backwards from ``seeds`` (adjoints of some assigned symbols) to the ``wrt`` symbols."""
+    differentiable = set(wrt) | {s for s, _ in body}
+    terms: dict[Symbol, list[sympy.Expr]] = defaultdict(list)
+    selective: set[Symbol] = set()
+    for sym, seed in seeds.items():
+        terms[sym].append(seed)
+    adjoint_names = fresh("_adj")
+    assigns: Assignments = []
+    for sym, expr in reversed(body):
+        if not terms.get(sym):
+            continue
+        total = sympy.Add(*terms.pop(sym))
+        if total.is_Atom:
+            adjoint = total
+        else:
+            adjoint = next(adjoint_names)
+            assigns.append((adjoint, total))
+        for arg in sorted(expr.free_symbols & differentiable, key=str):
+            d = local_derivative(expr, arg, where)
+            if d == 0:
+                continue
+            term = adjoint * d
+            if sym in selective and _may_be_nonfinite(d):
+                term = Piecewise((0, Eq(adjoint, 0)), (term, True))
+            if sym in selective or d.has(Piecewise):
+                selective.add(arg)
+            terms[arg].append(term)
+    grads = [sympy.Add(*terms.get(x, [])) for x in wrt]
+    return Reverse(assigns, grads)
+
+
+def topo_merge(assigns: Assignments, extra: Assignments) -> Assignments:
+    """Order ``assigns`` (kept in order) plus ``extra`` (CSE temporaries) so each comes after what it uses,
+    each temporary placed just before its first user."""
+    pending = dict(extra)
+    out: Assignments = []
+    placed: set[Symbol] = set()
+
+    def place(sym: Symbol, expr: sympy.Expr) -> None:
+        stack = [(sym, expr, False)]
+        while stack:
+            s, e, ready = stack.pop()
+            if s in placed:
+                continue
+            needed = [d for d in e.free_symbols if d in pending and d not in placed]
+            if ready or not needed:
+                out.append((s, e))
+                placed.add(s)
+                pending.pop(s, None)
+                continue
+            stack.append((s, e, True))
+            stack.extend((d, pending[d], False) for d in sorted(needed, key=str))
+
+    for sym, expr in assigns:
+        place(sym, expr)
+    return out
+
+
+def joint_cse(assigns: Assignments) -> Assignments:
+    """CSE across every right-hand side (forward and backward together), then re-order."""
+    if not assigns:
+        return assigns
+    temps, reduced = straight_line([e for _, e in assigns], "_c")
+    return topo_merge([(s, r) for (s, _), r in zip(assigns, reduced)], temps)
+
+
+def prune(assigns: Assignments, results: set[Symbol]) -> Assignments:
+    """Dead-code elimination: keep what the results need."""
+    live = set(results)
+    kept: Assignments = []
+    for sym, expr in reversed(assigns):
+        if sym in live:
+            kept.append((sym, expr))
+            live |= expr.free_symbols
+    return kept[::-1]
+
+
+def inline_single_use(assigns: Assignments, keep: set[Symbol]) -> Assignments:
+    """Substitute temporaries used exactly once (and atoms) into their user, for readable programs."""
+    uses: dict[Symbol, int] = defaultdict(int)
+    for _, expr in assigns:
+        for node in sympy.preorder_traversal(expr):
+            if isinstance(node, Symbol):
+                uses[node] += 1
+    subs: dict[Symbol, sympy.Expr] = {}
+    out: Assignments = []
+    for sym, expr in assigns:
+        expr = expr.xreplace(subs) if subs else expr
+        if sym not in keep and (uses[sym] <= 1 or expr.is_Atom):
+            subs[sym] = expr
+        else:
+            out.append((sym, expr))
+    return out

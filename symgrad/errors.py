@@ -1,0 +1,26 @@
+"""The small error hierarchy of symgrad; every message names the user's function, argument or file."""
+from __future__ import annotations
+
+
+class SymgradError(Exception):
+    """Base class of every error symgrad raises on purpose."""
+
+
+class ModelError(SymgradError):
+    """A model file or an ``@sg.function`` body is wrong (syntax, undefined name, bad return value)."""
+
+
+class UnsupportedError(SymgradError):
+    """A SymPy construct that symgrad cannot differentiate or print; names function and sub-expression."""
+
+
+class ArgumentError(SymgradError, TypeError):
+    """A call received an argument of the wrong dtype or shape; names function and argument."""
+
+
+class CompileError(SymgradError):
+    """The C compiler failed; carries the compiler's message and the path of the generated file."""
+
+
+class ExpressionTooLarge(SymgradError):
+    """A traced function exceeds the size limit (``SYMGRAD_MAX_OPS``) before derivation starts."""

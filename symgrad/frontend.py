@@ -1,0 +1,218 @@
+"""``@sg.function``: a Python function traced once with SymPy symbols into a ``Spec``.
+
+The decorated object is still callable: with SymPy arguments it inlines its body (so functions compose),
+with arrays or tensors it compiles itself on first use and runs the compiled kernels.
+"""
+from __future__ import annotations
+
+import functools
+import inspect
+import os
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import sympy
+
+from .errors import ExpressionTooLarge, ModelError
+
+
+@dataclass(frozen=True)
+class Shape:
+    """Per-element shape of an argument or output: ``sg.Vector(3)``, ``sg.Matrix(3, 3)``; scalars are ``()``."""
+
+    dims: tuple[int, ...]
+
+    def __repr__(self) -> str:
+        if len(self.dims) == 1:
+            return f"Vector({self.dims[0]})"
+        return f"Matrix({', '.join(map(str, self.dims))})"
+
+
+def Vector(n: int) -> Shape:  # noqa: N802  (reads as a type in annotations)
+    """Annotation for a per-element vector argument with ``n`` entries (the array's last axis)."""
+    return Shape((int(n),))
+
+
+def Matrix(rows: int, cols: int) -> Shape:  # noqa: N802
+    """Annotation for a per-element ``rows x cols`` matrix argument (the array's last two axes)."""
+    return Shape((int(rows), int(cols)))
+
+
+@dataclass(frozen=True)
+class ArgSpec:
+    name: str
+    shape: tuple[int, ...]
+    symbols: tuple[sympy.Symbol, ...]   # row-major elements
+
+
+@dataclass(frozen=True)
+class OutSpec:
+    shape: tuple[int, ...]
+    exprs: tuple[sympy.Expr, ...]       # row-major elements
+
+
+@dataclass(frozen=True)
+class Spec:
+    """What tracing found: the user's names, shapes and the forward expressions."""
+
+    name: str
+    args: tuple[ArgSpec, ...]
+    outputs: tuple[OutSpec, ...]
+    returns_tuple: bool
+    origin: str                          # 'model.py:12'
+    doc: str
+
+    def __str__(self) -> str:
+        sig = ", ".join(a.name if not a.shape else f"{a.name}: {Shape(a.shape)!r}" for a in self.args)
+        outs = "\n".join(f"  out{k} = {list(o.exprs) if o.shape else o.exprs[0]}" for k, o in enumerate(self.outputs))
+        return f"{self.name}({sig})  [{self.origin}]\n{outs}"
+
+
+def _element_symbols(name: str, shape: tuple[int, ...]) -> list[sympy.Symbol]:
+    if not shape:
+        return [sympy.Symbol(name, real=True)]
+    if len(shape) == 1:
+        return [sympy.Symbol(f"{name}_{i}", real=True) for i in range(shape[0])]
+    return [sympy.Symbol(f"{name}_{i}_{j}", real=True) for i in range(shape[0]) for j in range(shape[1])]
+
+
+def _resolve_annotation(fn: Callable, annotation: Any, param: str) -> tuple[int, ...]:
+    if annotation is inspect.Parameter.empty or annotation in (float, "float"):
+        return ()
+    if isinstance(annotation, str):
+        try:
+            annotation = eval(annotation, fn.__globals__)  # noqa: S307  (the user's own annotation text)
+        except Exception as exc:
+            raise ModelError(f"{fn.__name__}: cannot read the annotation of '{param}': {exc}") from None
+    if isinstance(annotation, Shape):
+        return annotation.dims
+    if annotation is float:
+        return ()
+    raise ModelError(f"{fn.__name__}: argument '{param}' is annotated {annotation!r}; "
+                     "use sg.Vector(n), sg.Matrix(r, c) or no annotation (scalar)")
+
+
+def _as_output(value: Any, fname: str, index: str) -> OutSpec:
+    if isinstance(value, (sympy.MatrixBase, list)):
+        m = sympy.Matrix(value)
+        shape = (m.rows,) if m.cols == 1 else (m.rows, m.cols)
+        return OutSpec(shape, tuple(_as_scalar(v, fname, index) for v in m))
+    return OutSpec((), (_as_scalar(value, fname, index),))
+
+
+def _as_scalar(value: Any, fname: str, index: str) -> sympy.Expr:
+    if isinstance(value, bool) or isinstance(value, sympy.logic.boolalg.Boolean):
+        raise ModelError(f"{fname}: returned a boolean{index} ({value}); return a number-valued expression "
+                         "(sg.where(cond, 1.0, 0.0) for an indicator)")
+    if isinstance(value, (int, float)):
+        return sympy.Float(value) if isinstance(value, float) else sympy.Integer(value)
+    if not isinstance(value, sympy.Expr):
+        raise ModelError(f"{fname}: returned a {type(value).__name__}{index}, expected a SymPy expression "
+                         "(use sg.exp, sg.log, ... rather than math or numpy functions inside @sg.function)")
+    return value
+
+
+def _check_size(expr: sympy.Expr, fname: str, limit: int) -> None:
+    for count, _ in enumerate(sympy.preorder_traversal(expr)):
+        if count > limit:
+            raise ExpressionTooLarge(
+                f"{fname}: the traced expression has more than {limit} nodes; split the function, use "
+                "sg.Vector arguments, or raise SYMGRAD_MAX_OPS")
+
+
+class SymbolicFunction:
+    """A forward function written with SymPy; see the module docstring for how calls behave."""
+
+    def __init__(self, fn: Callable) -> None:
+        functools.update_wrapper(self, fn)
+        self.fn = fn
+        self.name = fn.__name__
+        self._compiled = None
+
+    def __repr__(self) -> str:
+        return f"<symgrad function {self.name} from {self.origin}>"
+
+    @property
+    def origin(self) -> str:
+        code = self.fn.__code__
+        return f"{os.path.basename(code.co_filename)}:{code.co_firstlineno}"
+
+    def trace(self) -> Spec:
+        """Call the body once with real SymPy symbols (the frontend owns symbol creation)."""
+        params = list(inspect.signature(self.fn).parameters.values())
+        args, values = [], []
+        for p in params:
+            if p.kind not in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD):
+                raise ModelError(f"{self.name}: only plain positional arguments are supported (got '{p}')")
+            shape = _resolve_annotation(self.fn, p.annotation, p.name)
+            symbols = _element_symbols(p.name, shape)
+            args.append(ArgSpec(p.name, shape, tuple(symbols)))
+            if not shape:
+                values.append(symbols[0])
+            else:
+                values.append(sympy.Matrix(shape[0], shape[1] if len(shape) > 1 else 1, symbols))
+        result = self._call_body(values)
+        returns_tuple = isinstance(result, tuple)
+        items = result if returns_tuple else (result,)
+        outputs = tuple(_as_output(v, self.name, f" (output {k})" if returns_tuple else "")
+                        for k, v in enumerate(items))
+        allowed = {s for a in args for s in a.symbols}
+        limit = int(os.environ.get("SYMGRAD_MAX_OPS", "200000"))
+        for out in outputs:
+            for e in out.exprs:
+                stray = e.free_symbols - allowed
+                if stray:
+                    names = ", ".join(sorted(map(str, stray)))
+                    raise ModelError(f"{self.name}: the result uses symbol(s) {names} that are not arguments "
+                                     "of the function; make them parameters (or Python constants)")
+                _check_size(e, self.name, limit)
+        return Spec(self.name, tuple(args), outputs, returns_tuple, self.origin, inspect.getdoc(self.fn) or "")
+
+    def _call_body(self, values: list) -> Any:
+        try:
+            return self.fn(*values)
+        except ModelError:
+            raise
+        except Exception as exc:
+            tb = exc.__traceback__
+            line = ""
+            while tb is not None:
+                if tb.tb_frame.f_code is self.fn.__code__:
+                    line = f" (line {tb.tb_lineno})"
+                tb = tb.tb_next
+            raise ModelError(f"{self.origin}: {self.name}{line}: {type(exc).__name__}: {exc}") from None
+
+    # -- calling -------------------------------------------------------------------------------------
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if any(isinstance(a, (sympy.Basic, sympy.MatrixBase)) for a in args):
+            return self.fn(*args)
+        return self.compiled()(*args, **kwargs)
+
+    def compiled(self):
+        """The compiled form of this one function (built on first use, cached on disk)."""
+        if self._compiled is None:
+            from .jit import compile_function
+            self._compiled = compile_function(self)
+        return self._compiled
+
+    def vjp(self, *args: Any) -> tuple:
+        """Input gradients given the arguments followed by one cotangent per output."""
+        return self.compiled().vjp(*args)
+
+    def value_and_vjp(self, *args: Any) -> tuple:
+        """(outputs, input gradients) in one fused call."""
+        return self.compiled().value_and_vjp(*args)
+
+    def source(self, target: str = "numpy") -> str:
+        return self.compiled().source(target)
+
+    @property
+    def derivatives(self) -> dict[str, str]:
+        return self.compiled().derivatives
+
+
+def function(fn: Callable) -> SymbolicFunction:
+    """Declare a forward function written with SymPy expressions; symgrad derives and compiles its gradient."""
+    if not callable(fn):
+        raise ModelError(f"@sg.function expects a function, got {type(fn).__name__}")
+    return SymbolicFunction(fn)

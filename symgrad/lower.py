@@ -1,0 +1,130 @@
+"""Lowering: a traced ``Spec`` -> a validated ``Kernel`` with forward, vjp and fused programs.
+
+This is the one place that orders the passes: stabilize -> check -> forward CSE -> reverse accumulation
+-> joint CSE -> prune/inline per program -> readable, safe names.
+"""
+from __future__ import annotations
+
+from itertools import count
+
+import sympy
+from sympy import Symbol
+
+from .derive import (Assignments, inline_single_use, joint_cse, prune, reverse_accumulate, straight_line)
+from .display import formula
+from .frontend import Spec
+from .ir import Assign, Kernel, Program, Slot
+from .naming import Namer, sanitize
+from .rewrite import stabilize
+from .rules import apply_subgradients, check_supported
+
+#: Closed-form derivatives are shown for functions whose forward is at most this many operations.
+CLOSED_FORM_OPS = 60
+
+
+def _element_names(base: str, shape: tuple[int, ...]) -> list[str]:
+    if not shape:
+        return [base]
+    if len(shape) == 1:
+        return [f"{base}_{i}" for i in range(shape[0])]
+    return [f"{base}_{i}_{j}" for i in range(shape[0]) for j in range(shape[1])]
+
+
+class _Builder:
+    def __init__(self, spec: Spec) -> None:
+        self.spec = spec
+        self.where = f"{spec.origin}: {spec.name}"
+        self.namer = Namer()
+        self.rename: dict[Symbol, Symbol] = {}
+
+    def slot(self, base: str, shape: tuple[int, ...], role: str, internal: list[Symbol], of: str = "") -> Slot:
+        name = self.namer(base)
+        symbols = []
+        for sym, element in zip(internal, _element_names(name, shape)):
+            new = Symbol(element if not shape else self.namer(element), real=True)
+            self.rename[sym] = new
+            symbols.append(new)
+        return Slot(name, shape, tuple(symbols), role, of)
+
+    def program(self, name: str, inputs: tuple[Slot, ...], outputs: tuple[Slot, ...], body: Assignments,
+                notes: dict[Symbol, str]) -> Program:
+        temp_names = (f"t{k}" for k in count())
+        assigns = []
+        for sym, expr in body:
+            if sym not in self.rename:
+                self.rename[sym] = Symbol(self.namer(next(temp_names)), real=True)
+            assigns.append(Assign(self.rename[sym], expr.xreplace(self.rename), notes.get(sym, "")))
+        return Program(name, inputs, outputs, tuple(assigns))
+
+
+def lower(spec: Spec) -> Kernel:
+    """Derive and lay out every program of one function."""
+    b = _Builder(spec)
+    outputs = [stabilize(e) for out in spec.outputs for e in out.exprs]
+    for e in outputs:
+        check_supported(e, b.where)
+    arg_syms = [s for a in spec.args for s in a.symbols]
+
+    temps, reduced = straight_line(outputs, "_t")
+    out_syms = [Symbol(f"_out{k}", real=True) for k in range(len(outputs))]
+    cot_syms = [Symbol(f"_cot{k}", real=True) for k in range(len(outputs))]
+    grad_syms = [Symbol(f"_grad{k}", real=True) for k in range(len(arg_syms))]
+    forward = temps + list(zip(out_syms, reduced))
+    rev = reverse_accumulate(forward, dict(zip(out_syms, cot_syms)), arg_syms, b.where)
+    full = joint_cse(forward + rev.assigns + list(zip(grad_syms, rev.grads)))
+
+    # Slots, in the user's names.
+    args = tuple(b.slot(a.name, a.shape, "arg", list(a.symbols)) for a in spec.args)
+    single = len(spec.outputs) == 1
+    out_slots, cot_slots, it_out, it_cot = [], [], iter(out_syms), iter(cot_syms)
+    for k, o in enumerate(spec.outputs):
+        n = len(o.exprs)
+        oname = "out" if single else f"out{k}"
+        out_slots.append(b.slot(oname, o.shape, "output", [next(it_out) for _ in range(n)]))
+        cot_slots.append(b.slot("grad" if single else f"grad_{oname}", o.shape, "cotangent",
+                                [next(it_cot) for _ in range(n)], of=oname))
+    it_grad = iter(grad_syms)
+    grad_slots = [b.slot(f"grad_{a.name}", a.shape, "grad", [next(it_grad) for _ in a.symbols], of=a.name)
+                  for a in args]
+
+    out_names = ", ".join(s.name for s in out_slots)
+    notes = {sym: f"{b.rename[sym]} = {formula(e.xreplace(b.rename), 100)}" for sym, e in zip(out_syms, outputs)}
+    for slot in grad_slots:
+        for sym in slot.symbols:
+            notes[next(k for k, v in b.rename.items() if v == sym)] = f"{sym} = d({out_names})/d{slot.of} . grad"
+
+    results = set(out_syms) | set(grad_syms)
+    programs = (
+        b.program("value_and_vjp", (*args, *cot_slots), (*out_slots, *grad_slots),
+                  inline_single_use(prune(full, results), results), notes),
+        b.program("forward", args, tuple(out_slots),
+                  inline_single_use(prune(forward, set(out_syms)), set(out_syms)), notes),
+        b.program("vjp", (*args, *cot_slots), tuple(grad_slots),
+                  inline_single_use(prune(full, set(grad_syms)), set(grad_syms)), notes),
+    )
+    kernel = Kernel(
+        name=sanitize(spec.name),
+        origin=spec.origin, doc=spec.doc, args=args, outputs=tuple(out_slots), returns_tuple=spec.returns_tuple,
+        programs=programs,
+        formulas=tuple((s.name, formula(e.xreplace(b.rename))) for s, e in zip(out_slots, outputs)
+                       if not s.shape),
+        derivatives=_closed_forms(spec, outputs, cot_slots, b),
+        op_counts=tuple((p.name, p.op_count()) for p in programs),
+    )
+    return kernel.validate()
+
+
+def _closed_forms(spec: Spec, outputs: list[sympy.Expr], cot_slots: list[Slot], b: _Builder
+                  ) -> tuple[tuple[str, str], ...]:
+    """vjp of each scalar argument as one formula (tree ``diff``) when the function is small enough."""
+    small = sum(sympy.count_ops(e) for e in outputs) <= CLOSED_FORM_OPS
+    seeds = [s for slot in cot_slots for s in slot.symbols]
+    result = []
+    for a in spec.args:
+        text = ""
+        if small and not a.shape:
+            x = a.symbols[0]
+            total = sympy.Add(*[g * apply_subgradients(sympy.diff(e, x)) for g, e in zip(seeds, outputs)])
+            text = formula(total.xreplace(b.rename))
+        result.append((a.name, text))
+    return tuple(result)

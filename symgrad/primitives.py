@@ -1,0 +1,163 @@
+"""Stable primitives as SymPy functions whose derivatives are primitives again.
+
+Each class is a ``sympy.Function`` with ``fdiff`` (the derivative rule) and a rewrite to elementary functions
+(used by ``evalf`` and by tests). Emitters print each one in its numerically stable form
+(see ``emitters/``); the derivation never expands them, so ``d softplus = sigmoid`` stays overflow-free.
+"""
+from __future__ import annotations
+
+import sympy
+from sympy import Eq, Piecewise, S
+from sympy.codegen.cfunctions import expm1, log1p
+
+__all__ = ["sigmoid", "softplus", "logsigmoid", "logaddexp", "xlogy", "maximum", "minimum", "log1p", "expm1"]
+
+
+class _Primitive(sympy.Function):
+    """Shared behaviour: real-valued, evaluated numerically through the elementary rewrite."""
+
+    is_real = True
+
+    def _eval_evalf(self, prec):
+        # every subclass defines _elementary(): its formula in exp/log, evaluated at the requested precision
+        return self._elementary()._eval_evalf(prec)
+
+
+class sigmoid(_Primitive):
+    """sigmoid(x) = 1 / (1 + exp(-x)); d/dx = sigmoid(x) * sigmoid(-x) (no 1 - s cancellation)."""
+
+    nargs = 1
+
+    def fdiff(self, argindex=1):
+        x = self.args[0]
+        return sigmoid(x) * sigmoid(-x)
+
+    @classmethod
+    def eval(cls, x):
+        if x is S.Zero:
+            return S.Half
+        if x is S.Infinity:
+            return S.One
+        if x is S.NegativeInfinity:
+            return S.Zero
+
+    def _elementary(self):
+        return 1 / (1 + sympy.exp(-self.args[0]))
+
+    def _eval_rewrite_as_exp(self, x, **kwargs):
+        return 1 / (1 + sympy.exp(-x))
+
+
+class softplus(_Primitive):
+    """softplus(x) = log(1 + exp(x)), printed as max(x, 0) + log1p(exp(-|x|)); d/dx = sigmoid(x)."""
+
+    nargs = 1
+
+    def fdiff(self, argindex=1):
+        return sigmoid(self.args[0])
+
+    @classmethod
+    def eval(cls, x):
+        if x is S.NegativeInfinity:
+            return S.Zero
+        if x is S.Infinity:
+            return S.Infinity
+
+    def _elementary(self):
+        return sympy.log(1 + sympy.exp(self.args[0]))
+
+    def _eval_rewrite_as_log(self, x, **kwargs):
+        return sympy.log(1 + sympy.exp(x))
+
+
+class logsigmoid(_Primitive):
+    """logsigmoid(x) = -softplus(-x); d/dx = sigmoid(-x)."""
+
+    nargs = 1
+
+    def fdiff(self, argindex=1):
+        return sigmoid(-self.args[0])
+
+    def _elementary(self):
+        return -sympy.log(1 + sympy.exp(-self.args[0]))
+
+    def _eval_rewrite_as_log(self, x, **kwargs):
+        return -sympy.log(1 + sympy.exp(-x))
+
+
+class logaddexp(_Primitive):
+    """logaddexp(a, b) = log(exp(a) + exp(b)), exact for -inf arguments.
+
+    d/da = sigmoid(a - b), except 1/2 where a == b (so logaddexp(-inf, -inf) has finite gradients).
+    """
+
+    nargs = 2
+
+    def fdiff(self, argindex=1):
+        a, b = self.args if argindex == 1 else self.args[::-1]
+        return Piecewise((S.Half, Eq(a, b)), (sigmoid(a - b), True))
+
+    def _elementary(self):
+        a, b = self.args
+        return sympy.log(sympy.exp(a) + sympy.exp(b))
+
+    def _eval_rewrite_as_log(self, a, b, **kwargs):
+        return sympy.log(sympy.exp(a) + sympy.exp(b))
+
+
+class xlogy(_Primitive):
+    """xlogy(x, y) = x * log(y), and 0 where x == 0 (so x*log(x) at 0 is 0, with gradient 0 there)."""
+
+    nargs = 2
+
+    def fdiff(self, argindex=1):
+        x, y = self.args
+        if argindex == 1:
+            return Piecewise((S.Zero, Eq(x, 0)), (sympy.log(y), True))
+        return Piecewise((S.Zero, Eq(x, 0)), (x / y, True))
+
+    @classmethod
+    def eval(cls, x, y):
+        if x is S.Zero:
+            return S.Zero
+
+    def _elementary(self):
+        x, y = self.args
+        return Piecewise((S.Zero, Eq(x, 0)), (x * sympy.log(y), True))
+
+
+def _kink_derivative(a: sympy.Expr, b: sympy.Expr, wins: sympy.Expr) -> sympy.Expr:
+    """Derivative of max/min(a, b) in a: 1 where a wins, 0 where it loses; at a tie 0 against a constant
+    (relu'(0) = 0, relu6'(6) = 0) and 1/2 against another input (torch.maximum splits ties)."""
+    if b.is_number:
+        return Piecewise((S.One, wins), (S.Zero, True))
+    return Piecewise((S.One, wins), (S.Half, Eq(a, b)), (S.Zero, True))
+
+
+class maximum(_Primitive):
+    """maximum(a, b), NaN-propagating like torch.maximum; SymPy's ``Max`` is rewritten to it."""
+
+    nargs = 2
+
+    def fdiff(self, argindex=1):
+        a, b = self.args if argindex == 1 else self.args[::-1]
+        return _kink_derivative(a, b, a > b)
+
+    def _elementary(self):
+        return sympy.Max(*self.args)
+
+
+class minimum(_Primitive):
+    """minimum(a, b), NaN-propagating like torch.minimum; SymPy's ``Min`` is rewritten to it."""
+
+    nargs = 2
+
+    def fdiff(self, argindex=1):
+        a, b = self.args if argindex == 1 else self.args[::-1]
+        return _kink_derivative(a, b, a < b)
+
+    def _elementary(self):
+        return sympy.Min(*self.args)
+
+
+PRIMITIVES = (sigmoid, softplus, logsigmoid, logaddexp, xlogy, maximum, minimum, log1p, expm1)

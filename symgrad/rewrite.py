@@ -1,0 +1,119 @@
+"""Rewrites applied to traced expressions before differentiation, each a named, documented rule.
+
+Two families:
+- *canonical*: ``Max``/``Min``/``Heaviside`` become ``Piecewise`` with PyTorch's kink conventions, so that
+  ``diff`` never produces ``Heaviside(0) = 1/2`` and NaN propagates like ``torch.maximum``;
+- *stability*: ``log(1 + exp(u))``, ``1/(1 + exp(-u))``, ``log(exp(a) + exp(b))``, ``log(1 + u)``, ``exp(u) - 1``
+  become the primitives ``softplus``, ``sigmoid``, ``logaddexp``, ``log1p``, ``expm1`` whose printed forms never
+  overflow (see ``symgrad.primitives``).
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import sympy
+from sympy import Add, Eq, Heaviside, Max, Min, Mul, Piecewise, Pow, S, bottom_up, exp, log
+
+from .primitives import expm1, log1p, logaddexp, logsigmoid, maximum, minimum, sigmoid, softplus
+
+Rule = Callable[[sympy.Expr], "sympy.Expr | None"]
+
+
+def rewrite_max_min(e: sympy.Expr) -> sympy.Expr | None:
+    """Max/Min of any arity -> nested binary ``maximum``/``minimum`` (kink conventions in their fdiff)."""
+    for sympy_class, binary in ((Max, maximum), (Min, minimum)):
+        if isinstance(e, sympy_class):
+            result = e.args[0]
+            for arg in e.args[1:]:
+                result = binary(result, arg)
+            return result
+    return None
+
+
+def rewrite_heaviside(e: sympy.Expr) -> sympy.Expr | None:
+    """Heaviside(a, h) -> where(a < 0, 0, where(a == 0, h, 1)); its derivative is then 0 everywhere."""
+    if isinstance(e, Heaviside):
+        a = e.args[0]
+        h = e.args[1] if len(e.args) > 1 else S.Half
+        return Piecewise((S.Zero, a < 0), (h, Eq(a, 0)), (S.One, True))
+    return None
+
+
+def _one_plus(e: sympy.Expr) -> sympy.Expr | None:
+    """If e == 1 + u, return u."""
+    if isinstance(e, Add) and S.One in e.args:
+        return e - 1
+    return None
+
+
+def rewrite_log(e: sympy.Expr) -> sympy.Expr | None:
+    """log(sigmoid(u)) -> logsigmoid(u); log(1 + exp(u)) -> softplus(u); log(exp(a) + exp(b)) -> logaddexp(a, b); log(1 + u) -> log1p(u)."""
+    if not isinstance(e, log):
+        return None
+    inner = e.args[0]
+    if isinstance(inner, sigmoid):
+        return logsigmoid(inner.args[0])
+    rest = _one_plus(inner)
+    if rest is not None:
+        if isinstance(rest, exp):
+            return softplus(rest.args[0])
+        return log1p(rest)
+    if isinstance(inner, Add) and len(inner.args) == 2 and all(isinstance(a, exp) for a in inner.args):
+        return logaddexp(inner.args[0].args[0], inner.args[1].args[0])
+    return None
+
+
+def rewrite_sigmoid(e: sympy.Expr) -> sympy.Expr | None:
+    """1/(1 + exp(-u)) -> sigmoid(u); exp(u)/(1 + exp(u)) and exp(u)*sigmoid(-u) -> sigmoid(u)."""
+    if isinstance(e, Pow) and e.exp == -1:
+        rest = _one_plus(e.base)
+        if isinstance(rest, exp):
+            return sigmoid(-rest.args[0])
+    if isinstance(e, Mul):
+        for factor in e.args:
+            if isinstance(factor, sigmoid) and exp(-factor.args[0]) in e.args:
+                others = [a for a in e.args if a is not factor and a != exp(-factor.args[0])]
+                return Mul(*others) * sigmoid(-factor.args[0])
+            if isinstance(factor, Pow) and factor.exp == -1:
+                rest = _one_plus(factor.base)
+                if isinstance(rest, exp) and rest in e.args:
+                    others = [a for a in e.args if a is not factor and a != rest]
+                    return Mul(*others) * sigmoid(rest.args[0])
+    return None
+
+
+def rewrite_expm1(e: sympy.Expr) -> sympy.Expr | None:
+    """exp(u) - 1 -> expm1(u)."""
+    if isinstance(e, Add) and S.NegativeOne in e.args:
+        rest = e + 1
+        if isinstance(rest, exp):
+            return expm1(rest.args[0])
+    return None
+
+
+#: The rules, applied bottom-up in this order at every node.
+RULES: tuple[tuple[str, Rule], ...] = (
+    ("max-min-piecewise", rewrite_max_min),
+    ("heaviside-piecewise", rewrite_heaviside),
+    ("stable-log", rewrite_log),
+    ("stable-sigmoid", rewrite_sigmoid),
+    ("expm1", rewrite_expm1),
+)
+
+
+def _apply_rules(e: sympy.Expr) -> sympy.Expr:
+    for _, rule in RULES:
+        new = rule(e)
+        if new is not None:
+            return new
+    return e
+
+
+def stabilize(expr: sympy.Expr) -> sympy.Expr:
+    """Apply every rule bottom-up until nothing changes (each rule strictly shrinks its pattern)."""
+    for _ in range(8):
+        new = bottom_up(expr, _apply_rules)
+        if new == expr:
+            return new
+        expr = new
+    return expr

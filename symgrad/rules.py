@@ -1,0 +1,92 @@
+"""The derivative conventions, as one table, and the check that only printable constructs go on.
+
+SymPy's ``diff`` leaves distributions and unevaluated derivatives at non-smooth points. The subgradient
+table below replaces each with PyTorch's convention (measured in torch 2.13):
+
+| construct after ``diff``                       | becomes            | torch analogue          |
+|------------------------------------------------|--------------------|-------------------------|
+| ``DiracDelta(u)`` (from sign, Heaviside)       | 0                  | sign' = 0               |
+| ``Derivative(floor/ceiling/sign/Heaviside(u))``| 0                  | floor' = 0              |
+| ``Derivative(frac(u))``, ``Derivative(Mod(u, c))`` | ``du``         | frac' = 1, fmod' = 1    |
+
+Kinks handled before ``diff`` (see ``symgrad.primitives``): relu'(0) = 0, abs'(0) = 0 (``sign(0) = 0``),
+relu6'(0) = relu6'(6) = 0, ``sg.clamp`` boundaries 1, ``Max``/``Min`` of two inputs split a tie 1/2 : 1/2,
+``where(x > 0, ...)`` follows the user's inequality.
+"""
+from __future__ import annotations
+
+import sympy
+from sympy import (Abs, Add, And, Derivative, DiracDelta, Heaviside, Mod, Mul, Not, Or, Piecewise, Pow,
+                   Subs, Symbol, ceiling, floor, frac, sign)
+from sympy.core.relational import Relational
+from sympy.functions.elementary.piecewise import ExprCondPair
+from sympy.logic.boolalg import BooleanFalse, BooleanTrue, ITE
+
+from .errors import UnsupportedError
+from .primitives import PRIMITIVES
+
+_ZERO_DERIVATIVE = (floor, ceiling, sign, Heaviside)
+
+
+def _subgradient(e: sympy.Basic) -> sympy.Basic | None:
+    if isinstance(e, DiracDelta):
+        return sympy.S.Zero
+    if isinstance(e, Derivative):
+        inner = e.expr
+        if isinstance(inner, _ZERO_DERIVATIVE):
+            return sympy.S.Zero
+        if isinstance(inner, (frac, Mod)):
+            return sympy.diff(inner.args[0], *e.variables)
+    if isinstance(e, Subs) and not e.expr.has(Derivative):
+        return e.doit()
+    return None
+
+
+def apply_subgradients(expr: sympy.Expr) -> sympy.Expr:
+    """Replace what the table covers; anything unprintable left afterwards is caught by ``check_supported``."""
+    if not expr.has(DiracDelta, Derivative, Subs):
+        return expr
+
+    def visit(e: sympy.Basic) -> sympy.Basic:
+        new = _subgradient(e)
+        return e if new is None else new
+
+    return sympy.bottom_up(expr, visit)
+
+
+#: Function classes every emitter prints. Extending symgrad with a function means adding it here and a
+#: ``_print_<Class>`` method to each emitter's printer.
+SUPPORTED_FUNCTIONS: tuple[type, ...] = (
+    sympy.exp, sympy.log, sympy.sin, sympy.cos, sympy.tan, sympy.asin, sympy.acos, sympy.atan, sympy.atan2,
+    sympy.sinh, sympy.cosh, sympy.tanh, sympy.asinh, sympy.acosh, sympy.atanh, sympy.erf, sympy.erfc,
+    Abs, sign, floor, ceiling, Piecewise, *PRIMITIVES,
+)
+_STRUCTURAL = (Add, Mul, Pow, Symbol, Relational, And, Or, Not, ITE, BooleanTrue, BooleanFalse,
+               ExprCondPair)
+_UNPRINTABLE_ATOMS = (sympy.zoo, sympy.nan, sympy.I)
+
+
+def _describe(node: sympy.Basic) -> str:
+    if isinstance(node, Derivative):
+        return f"unevaluated derivative {node} (SymPy cannot differentiate {node.expr.func.__name__})"
+    if isinstance(node, Subs):
+        return f"{node} (derivative of an undefined function)"
+    if isinstance(node, sympy.Function):
+        return f"unsupported function {node.func.__name__} in {node}"
+    return f"unsupported construct {type(node).__name__}: {node}"
+
+
+def check_supported(expr: sympy.Basic, where: str) -> None:
+    """Raise UnsupportedError naming ``where`` (function and role) and the first unsupported sub-expression."""
+    for node in sympy.preorder_traversal(expr):
+        if node.is_Number or node.is_NumberSymbol:
+            if node in _UNPRINTABLE_ATOMS:
+                raise UnsupportedError(f"{where}: cannot compile the constant {node} (in {expr})")
+            continue
+        if node is sympy.I:
+            raise UnsupportedError(f"{where}: complex values are not supported (in {expr})")
+        if isinstance(node, SUPPORTED_FUNCTIONS) or isinstance(node, _STRUCTURAL):
+            continue
+        if node in (sympy.oo, -sympy.oo):
+            continue
+        raise UnsupportedError(f"{where}: {_describe(node)}")
