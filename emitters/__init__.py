@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Callable, Protocol, Sequence
+from typing import TYPE_CHECKING, Callable, Protocol, Sequence
 
-from symgrad.ir import Kernel
+if TYPE_CHECKING:
+    from symgrad.ir import Kernel
 
 VERSION = "1"   # bump when any emitter's output changes meaning (part of every cache key)
 
@@ -27,9 +28,9 @@ class Emitter(Protocol):
     name: str
     filename: str
 
-    def emit_module(self, kernels: Sequence[Kernel], info: ModelInfo) -> str: ...
+    def emit_module(self, kernels: Sequence["Kernel"], info: ModelInfo) -> str: ...
 
-    def emit_function(self, kernel: Kernel) -> str: ...
+    def emit_function(self, kernel: "Kernel") -> str: ...
 
 
 _REGISTRY: dict[str, Callable[[], Emitter]] = {}

@@ -11,6 +11,7 @@ from typing import Sequence
 
 import sympy
 from sympy.printing.numpy import NumPyPrinter
+from sympy.printing.precedence import PRECEDENCE
 
 from symgrad.ir import Kernel, Program, Slot
 
@@ -25,15 +26,17 @@ class SymgradNumPyPrinter(NumPyPrinter):
     def _print_Pow(self, expr, rational=False):
         base, exp = expr.args
         if exp.is_Integer and 1 <= abs(int(exp)) <= 4:
-            prod = "*".join([self.parenthesize(base, 50)] * abs(int(exp)))
-            return prod if exp > 0 else f"1/({prod})"
+            factors = [self.parenthesize(base, PRECEDENCE["Mul"])] * abs(int(exp))
+            if exp > 0:
+                return "*".join(factors)
+            return f"1/{self.parenthesize(base, PRECEDENCE['Pow'])}" if exp == -1 else f"1/({'*'.join(factors)})"
         if exp == sympy.S.Half:
             return f"numpy.sqrt({self._print(base)})"
         if exp == -sympy.S.Half:
             return f"1/numpy.sqrt({self._print(base)})"
         if exp.is_Rational:
-            return f"{self.parenthesize(base, 50)}**{float(exp)!r}"
-        return f"{self.parenthesize(base, 50)}**{self.parenthesize(exp, 50)}"
+            return f"{self.parenthesize(base, PRECEDENCE['Pow'])}**{float(exp)!r}"
+        return f"{self.parenthesize(base, PRECEDENCE['Pow'])}**{self.parenthesize(exp, PRECEDENCE['Pow'])}"
 
     def _print_Relational(self, expr):
         op = {"==": "==", "!=": "!=", "<": "<", "<=": "<=", ">": ">", ">=": ">="}[expr.rel_op]

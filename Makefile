@@ -1,0 +1,47 @@
+# symgrad — every target installs what it needs into .venv on a fresh machine.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+export SYMGRAD_CACHE_DIR ?= $(CURDIR)/.cache/symgrad
+
+.PHONY: install test demo bench fuzz sanitize golden clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[test,examples]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+## make test: the whole test suite (bounded property-based budget)
+test: $(STAMP)
+	$(BIN)/python -m pytest
+
+## make demo: compile the example model, show a derived gradient, check it, train the digits MLP
+demo: $(STAMP)
+	$(BIN)/symgrad compile examples/model.py
+	$(BIN)/symgrad show examples/model.py softplus
+	$(BIN)/symgrad check examples/model.py
+	$(BIN)/python examples/mlp_digits.py
+
+## make bench: benchmark tables (ratios against NumPy, and PyTorch/JAX when installed)
+bench: $(STAMP)
+	@for f in bench/bench_*.py; do echo "== $$f"; $(BIN)/python $$f || exit 1; done
+
+## make fuzz: property-based gradient tests with a large example budget
+fuzz: $(STAMP)
+	SYMGRAD_FUZZ_EXAMPLES=2000 $(BIN)/python -m pytest tests/test_properties.py
+
+## make sanitize: the C tests once with -fsanitize=address,undefined
+sanitize: $(STAMP)
+	SYMGRAD_SANITIZE=1 LD_PRELOAD=$$(gcc -print-file-name=libasan.so) ASAN_OPTIONS=detect_leaks=0 \
+		$(BIN)/python -m pytest -p no:cacheprovider tests/test_c_emitter.py tests/test_agreement.py
+
+## make golden: regenerate golden files after an intended change to generated code (review the diff)
+golden: $(STAMP)
+	SYMGRAD_UPDATE_GOLDEN=1 $(BIN)/python -m pytest tests/test_golden.py
+
+clean:
+	rm -rf $(VENV) .cache examples/*_symgrad .pytest_cache

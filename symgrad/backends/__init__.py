@@ -1,0 +1,106 @@
+"""Backends run a compiled package's kernels: ``numpy`` (the generated .py) and ``c`` (cffi), by name.
+
+The active backend comes from ``sg.set_backend(name)``, else ``$SYMGRAD_BACKEND``, else ``c``. A backend
+that cannot work here (no C compiler) makes symgrad fall back to NumPy with one warning.
+"""
+from __future__ import annotations
+
+import json
+import os
+import warnings
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+from typing import Callable, Protocol
+
+import numpy as np
+
+Run = Callable[[tuple, tuple], tuple]
+
+
+class BackendUnavailable(Exception):
+    """Raised by a backend's ``load`` when it cannot work on this machine (the caller falls back)."""
+
+
+@dataclass(frozen=True)
+class Package:
+    """A compiled package directory and its manifest."""
+
+    path: Path
+
+    @cached_property
+    def manifest(self) -> dict:
+        return json.loads((self.path / "manifest.json").read_text())
+
+    def file(self, emitter: str) -> Path:
+        return self.path / self.manifest["files"][emitter]
+
+
+class KernelSet(Protocol):
+    def program(self, function: str, program: str, dtype: np.dtype) -> Run: ...
+
+
+class Backend(Protocol):
+    name: str
+
+    def load(self, package: Package) -> KernelSet: ...
+
+
+_FACTORIES: dict[str, Callable[[], Backend]] = {}
+_INSTANCES: dict[str, Backend] = {}
+_chosen: str | None = None
+_warned: set[str] = set()
+
+
+def register_backend(name: str, factory: Callable[[], Backend]) -> None:
+    _FACTORIES[name] = factory
+
+
+def _ensure_registered() -> None:
+    from . import numpy as _numpy  # noqa: F401  (registers 'numpy')
+    try:
+        from . import c as _c  # noqa: F401  (registers 'c')
+    except ImportError:
+        pass
+
+
+def available() -> list[str]:
+    _ensure_registered()
+    return sorted(_FACTORIES)
+
+
+def set_backend(name: str) -> None:
+    """Choose the backend for every compiled function from now on: 'c' or 'numpy'."""
+    global _chosen
+    if name not in available():
+        raise ValueError(f"unknown symgrad backend {name!r}; choose one of {', '.join(available())}")
+    _chosen = name
+
+
+def get_backend_name() -> str:
+    """The chosen backend: ``set_backend``, else ``$SYMGRAD_BACKEND``, else 'c' (or 'numpy' without a C backend)."""
+    name = _chosen or os.environ.get("SYMGRAD_BACKEND") or ("c" if "c" in available() else "numpy")
+    if name not in available():
+        raise ValueError(f"SYMGRAD_BACKEND={name!r} is not a backend; choose one of {', '.join(available())}")
+    return name
+
+
+def backend(name: str) -> Backend:
+    if name not in _INSTANCES:
+        _ensure_registered()
+        _INSTANCES[name] = _FACTORIES[name]()
+    return _INSTANCES[name]
+
+
+def load_kernels(package: Package, name: str) -> tuple[str, KernelSet]:
+    """Load ``package`` on backend ``name``, falling back to NumPy (one warning) when it is unavailable."""
+    try:
+        return name, backend(name).load(package)
+    except BackendUnavailable as exc:
+        if name == "numpy":
+            raise
+        if name not in _warned:
+            _warned.add(name)
+            warnings.warn(f"symgrad: the {name} backend is unavailable ({exc}); using the numpy backend.",
+                          RuntimeWarning, stacklevel=3)
+        return "numpy", backend("numpy").load(package)

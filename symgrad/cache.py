@@ -1,0 +1,57 @@
+"""Where symgrad keeps compiled artifacts, and how it writes them without ever exposing half a file."""
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import warnings
+from pathlib import Path
+
+_fallback: Path | None = None
+
+
+def cache_root() -> Path:
+    """``$SYMGRAD_CACHE_DIR``, else ``$XDG_CACHE_HOME/symgrad``, else ``~/.cache/symgrad``; a temporary
+    directory (with one warning) when that is not writable."""
+    global _fallback
+    if _fallback is not None:
+        return _fallback
+    env = os.environ.get("SYMGRAD_CACHE_DIR")
+    root = Path(env) if env else Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "symgrad"
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        probe = tempfile.NamedTemporaryFile(dir=root, prefix=".probe-")
+        probe.close()
+        return root
+    except OSError as exc:
+        _fallback = Path(tempfile.mkdtemp(prefix="symgrad-cache-"))
+        warnings.warn(f"symgrad: cache directory {root} is not usable ({exc}); using {_fallback} for this "
+                      "process. Set SYMGRAD_CACHE_DIR to a writable directory.", RuntimeWarning, stacklevel=2)
+        return _fallback
+
+
+def publish_dir(build: Path, dest: Path) -> None:
+    """Atomically move the finished directory ``build`` to ``dest`` (replacing an older one).
+
+    Readers see the old complete directory or the new complete one, never a mix."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    if dest.exists():
+        trash = Path(tempfile.mkdtemp(dir=dest.parent, prefix=f".old-{dest.name}-"))
+        try:
+            os.replace(dest, trash / dest.name)
+        except OSError:
+            pass                      # another process replaced it first; ours goes in below
+    try:
+        os.replace(build, dest)
+    except OSError:
+        if not dest.exists():         # a concurrent writer won the race with identical content otherwise
+            raise
+        shutil.rmtree(build, ignore_errors=True)
+    for old in dest.parent.glob(f".old-{dest.name}-*"):
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def staging_dir(parent: Path, name: str) -> Path:
+    """A fresh private directory next to where ``name`` will be published."""
+    parent.mkdir(parents=True, exist_ok=True)
+    return Path(tempfile.mkdtemp(dir=parent, prefix=f".tmp-{name}-"))

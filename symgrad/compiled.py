@@ -1,0 +1,182 @@
+"""``CompiledFunction``: a compiled symgrad function as a NumPy-level callable (no SymPy here).
+
+It validates arguments at the boundary (dtype and shape errors name the function and the argument),
+broadcasts arguments in the style of NumPy generalized ufuncs (per-element shapes are trailing axes),
+calls the active backend's kernel and sums gradients of broadcast arguments back to their shapes.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from . import backends
+from .backends import Package
+from .errors import ArgumentError
+
+_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
+
+
+def _tensor_type():
+    try:
+        from .runtime.tensor import Tensor
+    except ImportError:
+        return ()
+    return Tensor
+
+
+def sum_to_shape(g: np.ndarray, shape: tuple) -> np.ndarray:
+    """Sum ``g`` over the axes that broadcasting added or stretched to reach ``shape``."""
+    if g.shape == shape:
+        return g
+    lead = g.ndim - len(shape)
+    axes = tuple(range(lead)) + tuple(lead + i for i, n in enumerate(shape) if n == 1 and g.shape[lead + i] != 1)
+    g = g.sum(axis=axes, keepdims=True) if axes else g
+    return g.reshape(shape)
+
+
+class CompiledFunction:
+    """Forward, vjp and fused value_and_vjp of one function; see ``docs/contracts.md``."""
+
+    def __init__(self, package: Package, entry: dict) -> None:
+        self._package = package
+        self._entry = entry
+        self.name: str = entry["name"]
+        self.origin: str = entry["origin"]
+        self.__doc__ = entry["doc"] or f"Compiled symgrad function {self.name} ({self.origin})."
+        self.arg_names = tuple(a["name"] for a in entry["args"])
+        self.arg_shapes = tuple(tuple(a["shape"]) for a in entry["args"])
+        self.out_shapes = tuple(tuple(o["shape"]) for o in entry["outputs"])
+        self.n_outputs = len(self.out_shapes)
+        self.returns_tuple: bool = entry["returns_tuple"]
+        self.derivatives: dict[str, str] = entry["derivatives"]
+        self.formulas: dict[str, str] = entry["formulas"]
+        self.op_counts: dict[str, int] = entry["op_counts"]
+        self._kernels: dict[tuple, Any] = {}
+        self._loaded: dict[str, tuple[str, Any]] = {}
+
+    def __repr__(self) -> str:
+        return f"<compiled symgrad function {self.name}({', '.join(self.arg_names)}) from {self.origin}>"
+
+    def source(self, target: str = "numpy") -> str:
+        """The generated source of this function for ``target`` ('numpy', 'c', 'yaml')."""
+        sources = self._entry["sources"]
+        if target not in sources:
+            raise KeyError(f"{self.name}: no {target!r} source; available: {', '.join(sorted(sources))}")
+        return sources[target]
+
+    @property
+    def backend(self) -> str:
+        """The backend that actually runs (after a fallback, 'numpy')."""
+        return self._kernel_set()[0]
+
+    # -- kernels --------------------------------------------------------------------------------------
+    def _kernel_set(self) -> tuple[str, Any]:
+        name = backends.get_backend_name()
+        if name not in self._loaded:
+            self._loaded[name] = backends.load_kernels(self._package, name)
+        return self._loaded[name]
+
+    def _kernel(self, program: str, dtype: np.dtype):
+        backend_name, kernels = self._kernel_set()
+        key = (backend_name, program, dtype)
+        run = self._kernels.get(key)
+        if run is None:
+            run = self._kernels[key] = kernels.program(self.name, program, dtype)
+        return run
+
+    # -- argument handling ------------------------------------------------------------------------------
+    def _arrays(self, values: tuple, shapes: tuple, names: tuple) -> tuple[list, np.dtype, tuple]:
+        arrays, batches, dtypes = [], [], []
+        for value, shape, name in zip(values, shapes, names):
+            if isinstance(value, (float, int)) and not isinstance(value, bool):
+                arr = value
+                batch = ()
+                if shape:
+                    raise ArgumentError(f"{self.name}: argument '{name}' must have trailing shape {shape}, "
+                                        f"got a Python number")
+            else:
+                arr = value if isinstance(value, np.ndarray) else np.asarray(value)
+                if arr.dtype not in _FLOATS:
+                    raise ArgumentError(f"{self.name}: argument '{name}' has dtype {arr.dtype}; "
+                                        "expected float32 or float64")
+                dtypes.append(arr.dtype)
+                if shape:
+                    if arr.shape[arr.ndim - len(shape):] != shape or arr.ndim < len(shape):
+                        raise ArgumentError(f"{self.name}: argument '{name}' must have trailing shape {shape} "
+                                            f"(per-element {len(shape) == 1 and 'vector' or 'matrix'}), "
+                                            f"got shape {arr.shape}")
+                    batch = arr.shape[:arr.ndim - len(shape)]
+                else:
+                    batch = arr.shape
+            arrays.append(arr)
+            batches.append(batch)
+        dtype = np.result_type(*dtypes) if dtypes else np.dtype(np.float64)
+        try:
+            batch = np.broadcast_shapes(*batches)
+        except ValueError:
+            described = ", ".join(f"'{n}' {b}" for n, b in zip(names, batches))
+            raise ArgumentError(f"{self.name}: argument batch shapes do not broadcast: {described}") from None
+        arrays = [a.astype(dtype) if isinstance(a, np.ndarray) and a.dtype != dtype else
+                  (np.asarray(a, dtype) if not isinstance(a, np.ndarray) else a) for a in arrays]
+        return arrays, dtype, batch
+
+    def _split(self, values: tuple, what: str) -> tuple[tuple, tuple]:
+        n = len(self.arg_names)
+        expected = n + self.n_outputs
+        if len(values) != expected:
+            cot = "one cotangent" if self.n_outputs == 1 else f"{self.n_outputs} cotangents"
+            raise ArgumentError(f"{self.name}.{what} takes {expected} arrays ({n} arguments, then {cot}); "
+                                f"got {len(values)}")
+        return values[:n], values[n:]
+
+    def _check_arity(self, values: tuple) -> None:
+        if len(values) != len(self.arg_names):
+            raise ArgumentError(f"{self.name}() takes {len(self.arg_names)} argument(s) "
+                                f"({', '.join(self.arg_names)}); got {len(values)}")
+
+    def _package_outputs(self, outs: tuple) -> Any:
+        return tuple(outs) if self.returns_tuple else outs[0]
+
+    # -- public entry points ----------------------------------------------------------------------------
+    def forward(self, *args: Any) -> tuple[np.ndarray, ...]:
+        """The outputs as a tuple, never recording on a tape."""
+        self._check_arity(args)
+        arrays, dtype, batch = self._arrays(args, self.arg_shapes, self.arg_names)
+        return self._kernel("forward", dtype)(tuple(arrays), batch)
+
+    def __call__(self, *args: Any) -> Any:
+        tensor = _tensor_type()
+        if tensor and any(isinstance(a, tensor) for a in args):
+            from .runtime.compiled_node import apply_compiled
+            return apply_compiled(self, args)
+        return self._package_outputs(self.forward(*args))
+
+    def _vjp_call(self, program: str, values: tuple, what: str) -> tuple[tuple, tuple]:
+        args, cots = self._split(values, what)
+        names = self.arg_names + tuple(f"grad of output {k}" if self.n_outputs > 1 else "grad_out"
+                                       for k in range(self.n_outputs))
+        arrays, dtype, batch = self._arrays(args + cots, self.arg_shapes + self.out_shapes, names)
+        results = self._kernel(program, dtype)(tuple(arrays), batch)
+        n_out = self.n_outputs if program == "value_and_vjp" else 0
+        grads = tuple(sum_to_shape(g, np.shape(a)) for g, a in zip(results[n_out:], args))
+        return results[:n_out], grads
+
+    def vjp(self, *args_and_cotangents: Any) -> tuple[np.ndarray, ...]:
+        """Gradients of every argument (each shaped like its argument) given one cotangent per output."""
+        return self._vjp_call("vjp", args_and_cotangents, "vjp")[1]
+
+    def value_and_vjp(self, *args_and_cotangents: Any) -> tuple[Any, tuple[np.ndarray, ...]]:
+        """(outputs, gradients) from one fused kernel that shares subexpressions between them."""
+        outs, grads = self._vjp_call("value_and_vjp", args_and_cotangents, "value_and_vjp")
+        return self._package_outputs(outs), grads
+
+
+def load_package(location: str | Path) -> dict[str, CompiledFunction]:
+    """The functions of a compiled package, by name (``location``: its directory or its ``__init__.py``)."""
+    path = Path(location)
+    if path.is_file():
+        path = path.parent
+    package = Package(path)
+    return {entry["name"]: CompiledFunction(package, entry) for entry in package.manifest["functions"]}

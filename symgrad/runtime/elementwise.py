@@ -1,0 +1,49 @@
+"""Loads ``elementwise_model.py`` with ``sg.compile`` (once, on first use) and dispatches Tensor math to it.
+
+Every elementwise Tensor operation goes through ``call``: the one place that binds the runtime to the
+compiled primitives. Integer and boolean tensors, which the compiled kernels do not take and which never
+require grad, fall back to the matching NumPy ufunc.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..errors import ArgumentError
+from .compiled_node import apply_compiled
+
+MODEL = Path(__file__).with_name("elementwise_model.py")
+
+_functions: dict[str, Any] = {}
+
+_INTEGER_UFUNCS = {
+    "neg": np.negative, "add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.true_divide,
+    "pow": np.power, "square": np.square, "abs": np.abs, "sign": np.sign, "maximum": np.maximum,
+    "minimum": np.minimum,
+}
+
+
+def primitives() -> dict[str, Any]:
+    """The compiled primitives by name, compiling the model file on the first call."""
+    if not _functions:
+        import symgrad
+        module = symgrad.compile(MODEL)
+        _functions.update((name, getattr(module, name)) for name in module.__all__)
+    return _functions
+
+
+def call(name: str, *args: Any) -> Any:
+    """Apply primitive ``name`` to tensors and numbers: one tape node when any input requires grad."""
+    fn = _functions.get(name)
+    if fn is None:
+        fn = primitives()[name]
+    try:
+        return apply_compiled(fn, args)
+    except ArgumentError:
+        arrays = [getattr(a, "data", a) for a in args]
+        if name in _INTEGER_UFUNCS and all(np.asarray(a).dtype.kind in "biu" for a in arrays):
+            from .tensor import Tensor
+            return Tensor(_INTEGER_UFUNCS[name](*arrays))
+        raise

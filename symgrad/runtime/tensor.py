@@ -1,0 +1,287 @@
+"""``Tensor``: a NumPy array plus its place on the tape.
+
+Elementwise arithmetic and math methods dispatch to the compiled primitives (``elementwise.call``); linear
+algebra, reductions, reshaping and indexing go to ``shape_ops``. Python numbers are weak scalars: a float32
+tensor times 2.0 stays float32.
+"""
+from __future__ import annotations
+
+import weakref
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from . import autograd
+from .autograd import _Handle
+
+_new = object.__new__
+
+
+def _as_array(data: Any, dtype: Any = None, copy: bool = False) -> np.ndarray:
+    """NumPy arrays keep their dtype; Python floats become float32 (torch's default dtype)."""
+    if isinstance(data, Tensor):
+        data = data.data
+    if dtype is not None:
+        return np.array(data, dtype=dtype, copy=copy or None)
+    if isinstance(data, (np.ndarray, np.generic)):
+        return np.array(data, copy=copy or None)
+    arr = np.array(data)
+    return arr.astype(np.float32) if arr.dtype == np.float64 else arr
+
+
+def _check_requires_grad(arr: np.ndarray) -> None:
+    if arr.dtype.kind not in "fc":
+        raise RuntimeError("Only Tensors of floating point and complex dtype can require gradients")
+
+
+def _result(data: Any, node: Any = None, index: int = 0) -> Tensor:
+    """A tensor produced by an operation (the hot path: no checks, no conversions beyond ndarray)."""
+    t = _new(Tensor)
+    t.data = data if type(data) is np.ndarray else np.asarray(data)
+    t.grad = None
+    t.grad_fn = node
+    t._rg = node is not None
+    t._oi = index
+    t._hooks = None
+    return t
+
+
+class Tensor:
+    """An n-dimensional array that records the operations applied to it when it requires grad."""
+
+    __slots__ = ("data", "grad", "grad_fn", "_rg", "_oi", "_hooks", "__weakref__")
+    __array_ufunc__ = None  # ndarray (op) Tensor defers to Tensor's reflected operator
+
+    def __init__(self, data: Any, requires_grad: bool = False) -> None:
+        self.data = _as_array(data)
+        self.grad = None
+        self.grad_fn = None
+        self._oi = 0
+        self._hooks = None
+        self._rg = False
+        if requires_grad:
+            self.requires_grad = True
+
+    # -- tape state ------------------------------------------------------------------------------------
+    @property
+    def requires_grad(self) -> bool:
+        return self._rg
+
+    @requires_grad.setter
+    def requires_grad(self, value: bool) -> None:
+        if self.grad_fn is not None:
+            raise RuntimeError("you can only change requires_grad flags of leaf variables.")
+        if value:
+            _check_requires_grad(self.data)
+        self._rg = bool(value)
+
+    def requires_grad_(self, requires_grad: bool = True) -> Tensor:
+        self.requires_grad = requires_grad
+        return self
+
+    @property
+    def is_leaf(self) -> bool:
+        return self.grad_fn is None
+
+    def detach(self) -> Tensor:
+        """The same data (shared memory), off the tape."""
+        return _result(self.data)
+
+    def backward(self, gradient: Any = None, retain_graph: bool | None = None, create_graph: bool = False) -> None:
+        """Accumulate the gradient of this tensor into the ``.grad`` of every leaf it depends on."""
+        autograd.backward((self,), None if gradient is None else (gradient,), retain_graph, create_graph)
+
+    def retain_grad(self) -> None:
+        """Keep ``.grad`` on this non-leaf tensor too (leaves always keep it)."""
+        if self.grad_fn is None:
+            if not self._rg:
+                raise RuntimeError("can't retain_grad on Tensor that has requires_grad=False")
+            return
+        ref = weakref.ref(self)
+
+        def retain(g: Tensor) -> None:
+            t = ref()
+            if t is not None:
+                t.grad = g.detach() if t.grad is None else t.grad + g
+
+        self._node_hooks().append((self._oi, retain, True))
+
+    def register_hook(self, hook: Callable[[Tensor], Tensor | None]) -> _Handle:
+        """Call ``hook(grad)`` when this tensor's gradient is computed; a returned tensor replaces it."""
+        if not self._rg:
+            raise RuntimeError("cannot register a hook on a tensor that doesn't require gradient")
+        if self.grad_fn is None:
+            if self._hooks is None:
+                self._hooks = []
+            self._hooks.append(hook)
+            return _Handle(self._hooks, hook)
+        hooks = self._node_hooks()
+        item = (self._oi, hook, False)
+        hooks.append(item)
+        return _Handle(hooks, item)
+
+    def _node_hooks(self) -> list:
+        node = self.grad_fn
+        if node.hooks is None:
+            node.hooks = []
+        return node.hooks
+
+    # -- array facts -------------------------------------------------------------------------------------
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.data.shape
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self.data.dtype
+
+    @property
+    def ndim(self) -> int:
+        return self.data.ndim
+
+    def numel(self) -> int:
+        return self.data.size
+
+    def size(self, dim: int | None = None) -> Any:
+        return self.data.shape if dim is None else self.data.shape[dim]
+
+    def __len__(self) -> int:
+        return len(self.data)
+
+    def numpy(self) -> np.ndarray:
+        """The underlying array (shared memory)."""
+        if self._rg:
+            raise RuntimeError("Can't call numpy() on Tensor that requires grad. "
+                               "Use tensor.detach().numpy() instead.")
+        return self.data
+
+    def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
+        arr = self.numpy()
+        return arr if dtype is None else arr.astype(dtype)
+
+    def item(self) -> float | int | bool:
+        if self.data.size != 1:
+            raise RuntimeError(f"a Tensor with {self.data.size} elements cannot be converted to Scalar")
+        return self.data.item()
+
+    def tolist(self) -> Any:
+        return self.data.tolist()
+
+    def __bool__(self) -> bool:
+        if self.data.size != 1:
+            raise RuntimeError("Boolean value of Tensor with more than one value is ambiguous")
+        return bool(self.data)
+
+    def __repr__(self) -> str:
+        body = np.array2string(self.data, separator=", ", prefix="tensor(")
+        extra = "" if self.data.dtype in (np.float32, np.int64, np.bool_) else f", dtype={self.data.dtype}"
+        if self.grad_fn is not None:
+            extra += f", grad_fn=<{self.grad_fn.name}>"
+        elif self._rg:
+            extra += ", requires_grad=True"
+        return f"tensor({body}{extra})"
+
+    __hash__ = object.__hash__
+
+    # -- arithmetic: compiled elementwise primitives -------------------------------------------------------
+    def __add__(self, other: Any) -> Tensor: return _ew("add", self, other)
+    def __radd__(self, other: Any) -> Tensor: return _ew("add", other, self)
+    def __sub__(self, other: Any) -> Tensor: return _ew("sub", self, other)
+    def __rsub__(self, other: Any) -> Tensor: return _ew("sub", other, self)
+    def __mul__(self, other: Any) -> Tensor: return _ew("mul", self, other)
+    def __rmul__(self, other: Any) -> Tensor: return _ew("mul", other, self)
+    def __truediv__(self, other: Any) -> Tensor: return _ew("div", self, other)
+    def __rtruediv__(self, other: Any) -> Tensor: return _ew("div", other, self)
+    def __pow__(self, other: Any) -> Tensor: return _ew("pow", self, other)
+    def __rpow__(self, other: Any) -> Tensor: return _ew("pow", other, self)
+    def __neg__(self) -> Tensor: return _ew("neg", self)
+    def __abs__(self) -> Tensor: return _ew("abs", self)
+    def __matmul__(self, other: Any) -> Tensor: return _so.matmul(self, other)
+    def __rmatmul__(self, other: Any) -> Tensor: return _so.matmul(other, self)
+
+    def pow(self, exponent: Any) -> Tensor: return _ew("pow", self, exponent)
+    def maximum(self, other: Any) -> Tensor: return _ew("maximum", self, other)
+    def minimum(self, other: Any) -> Tensor: return _ew("minimum", self, other)
+
+    # comparisons: boolean results, never on the tape
+    def __lt__(self, other: Any) -> Tensor: return _result(self.data < _raw(other))
+    def __le__(self, other: Any) -> Tensor: return _result(self.data <= _raw(other))
+    def __gt__(self, other: Any) -> Tensor: return _result(self.data > _raw(other))
+    def __ge__(self, other: Any) -> Tensor: return _result(self.data >= _raw(other))
+    def __eq__(self, other: Any) -> Tensor: return _result(self.data == _raw(other))  # type: ignore[override]
+    def __ne__(self, other: Any) -> Tensor: return _result(self.data != _raw(other))  # type: ignore[override]
+
+    # -- reductions, linear algebra, shapes -------------------------------------------------------------
+    def sum(self, axis: Any = None, keepdims: bool = False, *, dim: Any = None, keepdim: bool = False) -> Tensor:
+        return _so.sum(self, axis if dim is None else dim, keepdims or keepdim)
+
+    def mean(self, axis: Any = None, keepdims: bool = False, *, dim: Any = None, keepdim: bool = False) -> Tensor:
+        return _so.mean(self, axis if dim is None else dim, keepdims or keepdim)
+
+    def max(self, axis: Any = None, keepdims: bool = False, *, dim: Any = None, keepdim: bool = False) -> Tensor:
+        """Largest value (NumPy's ``max``: values only); ties share the gradient equally."""
+        return _so.amax(self, axis if dim is None else dim, keepdims or keepdim, np.max)
+
+    def min(self, axis: Any = None, keepdims: bool = False, *, dim: Any = None, keepdim: bool = False) -> Tensor:
+        return _so.amax(self, axis if dim is None else dim, keepdims or keepdim, np.min)
+
+    def reshape(self, *shape: Any) -> Tensor:
+        return _so.reshape(self, shape[0] if len(shape) == 1 and not isinstance(shape[0], int) else shape)
+
+    view = reshape
+
+    def transpose(self, dim0: int, dim1: int) -> Tensor:
+        """Swap two dimensions (torch's ``transpose``; see ``permute`` for any order)."""
+        perm = list(range(self.data.ndim))
+        perm[dim0], perm[dim1] = perm[dim1], perm[dim0]
+        return _so.permute(self, tuple(perm))
+
+    def permute(self, *dims: Any) -> Tensor:
+        return _so.permute(self, tuple(dims[0] if len(dims) == 1 and not isinstance(dims[0], int) else dims))
+
+    @property
+    def T(self) -> Tensor:  # noqa: N802
+        return _so.permute(self, tuple(range(self.data.ndim - 1, -1, -1)))
+
+    @property
+    def mT(self) -> Tensor:  # noqa: N802
+        return self.transpose(-2, -1)
+
+    def broadcast_to(self, shape: Sequence[int]) -> Tensor:
+        return _so.broadcast_to(self, tuple(shape))
+
+    def __getitem__(self, index: Any) -> Tensor:
+        return _so.getitem(self, index)
+
+
+def _raw(x: Any) -> Any:
+    return x.data if isinstance(x, Tensor) else x
+
+
+_UNARY = ("exp", "log", "log1p", "expm1", "sqrt", "sin", "cos", "tan", "tanh", "sigmoid", "relu", "softplus",
+          "abs", "neg", "square", "reciprocal", "sign")
+
+
+def _unary_method(name: str) -> Callable[[Tensor], Tensor]:
+    def method(self: Tensor) -> Tensor:
+        return _ew(name, self)
+
+    method.__name__ = method.__qualname__ = name
+    method.__doc__ = f"Elementwise {name}, a compiled symgrad primitive (one tape node)."
+    return method
+
+
+for _name in _UNARY:
+    setattr(Tensor, _name, _unary_method(_name))
+
+
+def tensor(data: Any, requires_grad: bool = False, dtype: Any = None) -> Tensor:
+    """A new leaf tensor holding a copy of ``data``; Python floats default to float32."""
+    t = Tensor(_as_array(data, dtype, copy=True))
+    if requires_grad:
+        t.requires_grad = True
+    return t
+
+
+from . import shape_ops as _so  # noqa: E402  (these modules build Tensors)
+from .elementwise import call as _ew  # noqa: E402
