@@ -27,8 +27,8 @@ class SymgradNumPyPrinter(NumPyPrinter):
         base, exp = expr.args
         if exp.is_Integer and 1 <= abs(int(exp)) <= 4:
             factors = [self.parenthesize(base, PRECEDENCE["Mul"])] * abs(int(exp))
-            if exp > 0:
-                return "*".join(factors)
+            if exp > 0:   # parenthesised: the caller sees one Pow-precedence atom (a/(t*t), not a/t*t)
+                return "*".join(factors) if exp == 1 else f"({'*'.join(factors)})"
             return f"1/{self.parenthesize(base, PRECEDENCE['Pow'])}" if exp == -1 else f"1/({'*'.join(factors)})"
         if exp == sympy.S.Half:
             return f"numpy.sqrt({self._print(base)})"

@@ -43,6 +43,7 @@ class CompiledFunction:
         self._package = package
         self._entry = entry
         self.name: str = entry["name"]
+        self._ident: str = entry["ident"]
         self.origin: str = entry["origin"]
         self.__doc__ = entry["doc"] or f"Compiled symgrad function {self.name} ({self.origin})."
         self.arg_names = tuple(a["name"] for a in entry["args"])
@@ -83,7 +84,7 @@ class CompiledFunction:
         key = (backend_name, program, dtype)
         run = self._kernels.get(key)
         if run is None:
-            run = self._kernels[key] = kernels.program(self.name, program, dtype)
+            run = self._kernels[key] = kernels.program(self._ident, program, dtype)
         return run
 
     # -- argument handling ------------------------------------------------------------------------------

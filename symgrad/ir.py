@@ -81,7 +81,8 @@ class Program:
 class Kernel:
     """One compiled user function: its signature, its programs and its display formulas."""
 
-    name: str                                   # identifier-safe
+    name: str                                   # identifier used in generated code (sanitized)
+    public_name: str                            # the user's function name, as the compiled module exposes it
     origin: str                                 # 'model.py:12'
     doc: str
     args: tuple[Slot, ...]

@@ -41,7 +41,6 @@ def compile_function(fn: "SymbolicFunction") -> CompiledFunction:
     import sympy
 
     from .lower import lower
-    from .naming import sanitize
     spec = fn.trace()
     key = source_hash(repr((spec.name, [(a.name, a.shape) for a in spec.args],
                             [(o.shape, [sympy.srepr(e) for e in o.exprs]) for o in spec.outputs],
@@ -49,4 +48,4 @@ def compile_function(fn: "SymbolicFunction") -> CompiledFunction:
     dest = cache_root() / "jit" / f"{spec.name}-{key[:16]}"
     if read_manifest(dest) is None:
         write_package([lower(spec)], dest, spec.origin, key)
-    return load_package(dest)[sanitize(spec.name)]
+    return load_package(dest)[spec.name]

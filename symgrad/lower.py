@@ -103,7 +103,7 @@ def lower(spec: Spec) -> Kernel:
                   inline_single_use(prune(full, set(grad_syms)), set(grad_syms)), notes),
     )
     kernel = Kernel(
-        name=sanitize(spec.name),
+        name=sanitize(spec.name), public_name=spec.name,
         origin=spec.origin, doc=spec.doc, args=args, outputs=tuple(out_slots), returns_tuple=spec.returns_tuple,
         programs=programs,
         formulas=tuple((s.name, formula(e.xreplace(b.rename))) for s, e in zip(out_slots, outputs)

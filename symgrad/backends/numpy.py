@@ -19,7 +19,7 @@ class NumPyKernels:
             spec.loader.exec_module(module)
             sys.modules[name] = module
         self.module = module
-        self.shapes = {f["name"]: {p: [tuple(s["shape"]) for s in v["outputs"]]
+        self.shapes = {f["ident"]: {p: [tuple(s["shape"]) for s in v["outputs"]]
                                    for p, v in f["programs"].items()} for f in package.manifest["functions"]}
 
     def program(self, function: str, program: str, dtype: np.dtype) -> Run:

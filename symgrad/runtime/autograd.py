@@ -176,7 +176,7 @@ def run_backward(roots: Sequence, seeds: Sequence, retain_graph: bool, create_gr
             grads = buffers.pop(node, None)
             if grads is None:
                 continue
-            if len(grads) > 1 and None in grads:
+            if len(grads) > 1 and any(g is None for g in grads):
                 grads = [_zeros(meta, graph) if g is None else g for g, meta in zip(grads, node.outs)]
             if node.hooks:
                 grads = [_run_hooks(node.hooks, i, g, graph) for i, g in enumerate(grads)]

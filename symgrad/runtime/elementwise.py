@@ -30,7 +30,8 @@ def primitives() -> dict[str, Any]:
     if not _functions:
         import symgrad
         module = symgrad.compile(MODEL)
-        _functions.update((name, getattr(module, name)) for name in module.__all__)
+        compiled = (getattr(module, attr) for attr in module.__all__)
+        _functions.update((fn.name, fn) for fn in compiled)
     return _functions
 
 
@@ -43,7 +44,10 @@ def call(name: str, *args: Any) -> Any:
         return apply_compiled(fn, args)
     except ArgumentError:
         arrays = [getattr(a, "data", a) for a in args]
-        if name in _INTEGER_UFUNCS and all(np.asarray(a).dtype.kind in "biu" for a in arrays):
-            from .tensor import Tensor
+        kinds = [a.dtype.kind for a in arrays if isinstance(a, np.ndarray)]
+        if name in _INTEGER_UFUNCS and kinds and all(k in "biu" for k in kinds):
             return Tensor(_INTEGER_UFUNCS[name](*arrays))
         raise
+
+
+from .tensor import Tensor  # noqa: E402

@@ -213,17 +213,17 @@ class Tensor:
 
     # -- reductions, linear algebra, shapes -------------------------------------------------------------
     def sum(self, axis: Any = None, keepdims: bool = False, *, dim: Any = None, keepdim: bool = False) -> Tensor:
-        return _so.sum(self, axis if dim is None else dim, keepdims or keepdim)
+        return _so.reduce_sum(self, axis if dim is None else dim, keepdims or keepdim)
 
     def mean(self, axis: Any = None, keepdims: bool = False, *, dim: Any = None, keepdim: bool = False) -> Tensor:
-        return _so.mean(self, axis if dim is None else dim, keepdims or keepdim)
+        return _so.reduce_mean(self, axis if dim is None else dim, keepdims or keepdim)
 
     def max(self, axis: Any = None, keepdims: bool = False, *, dim: Any = None, keepdim: bool = False) -> Tensor:
         """Largest value (NumPy's ``max``: values only); ties share the gradient equally."""
-        return _so.amax(self, axis if dim is None else dim, keepdims or keepdim, np.max)
+        return _so.reduce_extreme(self, axis if dim is None else dim, keepdims or keepdim, np.max)
 
     def min(self, axis: Any = None, keepdims: bool = False, *, dim: Any = None, keepdim: bool = False) -> Tensor:
-        return _so.amax(self, axis if dim is None else dim, keepdims or keepdim, np.min)
+        return _so.reduce_extreme(self, axis if dim is None else dim, keepdims or keepdim, np.min)
 
     def reshape(self, *shape: Any) -> Tensor:
         return _so.reshape(self, shape[0] if len(shape) == 1 and not isinstance(shape[0], int) else shape)

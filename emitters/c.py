@@ -1,0 +1,516 @@
+"""C target: one C99 translation unit per model, with one loop function per kernel, program and dtype.
+
+``void {kernel}__{program}_{f64|f32}(int64_t n, const T *restrict in..., T *restrict out...)`` runs the
+program's straight-line body for ``i`` in ``[0, n)``. A scalar slot is one array of ``n`` values
+(``x[i]``); a per-element vector or matrix slot is ``n`` contiguous rows (``p[i*3 + k]``).
+
+float32 kernels are true float32: ``expf``, ``F`` literals, ``float`` temporaries, no double macro
+constants. The stable primitives (sigmoid, softplus, ...) are ``static inline`` helpers, Piecewise is a
+ternary (only the chosen branch's value reaches the result), small integer and half powers are expanded.
+Loops carry ``SG_LOOP`` (OpenMP ``parallel for simd`` above a size threshold, else ``omp simd``), and the
+libm functions the file uses get ``declare simd`` prototypes so gcc can call glibc's libmvec; both are
+switched on by the build (``symgrad.build_c``) only when a test compile showed they work.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Sequence
+
+import sympy
+import sympy.printing.c
+from sympy.printing.c import C99CodePrinter
+from sympy.printing.codeprinter import CodePrinter
+from sympy.core.mul import _keep_coeff
+from sympy.printing.precedence import PRECEDENCE, precedence
+
+from symgrad.build_c import C_TYPES, prototype
+from symgrad.ir import Kernel, Program, Slot
+
+from . import ModelInfo, one_line, register
+
+#: Programs with at most this many operations parallelize only from this many rows; heavier ones earlier
+#: (an OpenMP parallel region costs tens of microseconds, see bench/bench_kernels.py).
+PARALLEL_MIN_ROWS = 200_000
+PARALLEL_MIN_ROWS_FLOOR = 20_000
+
+
+@dataclass(frozen=True)
+class DType:
+    suffix: str       # function-name suffix: 'f64' / 'f32'
+    ctype: str        # 'double' / 'float'
+    libm: str         # libm name suffix: '' / 'f' (expf)
+    literal: str      # literal suffix: '' / 'F'
+
+
+DTYPES = (DType("f64", "double", "", ""), DType("f32", "float", "f", "F"))
+assert tuple(d.ctype for d in DTYPES) == tuple(C_TYPES[d.suffix] for d in DTYPES)
+
+#: SymPy function class name -> libm name (double version; the float one adds 'f').
+LIBM = {
+    "exp": "exp", "log": "log", "sin": "sin", "cos": "cos", "tan": "tan", "asin": "asin", "acos": "acos",
+    "atan": "atan", "atan2": "atan2", "sinh": "sinh", "cosh": "cosh", "tanh": "tanh", "asinh": "asinh",
+    "acosh": "acosh", "atanh": "atanh", "erf": "erf", "erfc": "erfc", "log1p": "log1p", "expm1": "expm1",
+    "floor": "floor", "ceiling": "ceil", "Abs": "fabs",
+}
+#: libm functions glibc's libmvec vectorizes: tier 1 since glibc 2.22, tier 2 since 2.35.
+LIBMVEC_TIER = {"exp": 1, "log": 1, "sin": 1, "cos": 1, "pow": 1,
+                **{f: 2 for f in ("tan", "asin", "acos", "atan", "atan2", "sinh", "cosh", "tanh", "asinh",
+                                  "acosh", "atanh", "erf", "erfc", "log1p", "expm1")}}
+_ARITY = {"atan2": 2, "pow": 2}
+
+#: The stable primitives, as helper templates: (libm functions they call, C text).
+#: {T} type, {S} dtype suffix, {f} libm suffix, {one}/{zero}/{half}/{ln2} typed literals.
+HELPERS = {
+    "sigmoid": (("exp",), """\
+/* sigmoid(x) = 1/(1 + exp(-x)), branching on the sign so that exp never overflows */
+static inline {T} sg_sigmoid_{S}({T} x)
+{{
+    const {T} e = exp{f}(-fabs{f}(x));
+    return x >= {zero} ? {one}/({one} + e) : e/({one} + e);
+}}"""),
+    "softplus": (("exp", "log1p"), """\
+/* softplus(x) = log(1 + exp(x)) = max(x, 0) + log1p(exp(-|x|)), finite for every finite x */
+static inline {T} sg_softplus_{S}({T} x)
+{{
+    return (x > {zero} ? x : {zero}) + log1p{f}(exp{f}(-fabs{f}(x)));
+}}"""),
+    "logsigmoid": (("exp", "log1p"), """\
+/* logsigmoid(x) = -softplus(-x) = min(x, 0) - log1p(exp(-|x|)) */
+static inline {T} sg_logsigmoid_{S}({T} x)
+{{
+    return (x < {zero} ? x : {zero}) - log1p{f}(exp{f}(-fabs{f}(x)));
+}}"""),
+    "logaddexp": (("exp", "log1p"), """\
+/* logaddexp(a, b) = log(exp(a) + exp(b)) = max(a, b) + log1p(exp(-|a - b|)); exact for equal infinities */
+static inline {T} sg_logaddexp_{S}({T} a, {T} b)
+{{
+    const {T} m = a > b ? a : b;
+    return a == b ? a + {ln2} : m + log1p{f}(exp{f}(-fabs{f}(a - b)));
+}}"""),
+    "xlogy": (("log",), """\
+/* xlogy(x, y) = x*log(y), and 0 where x == 0 */
+static inline {T} sg_xlogy_{S}({T} x, {T} y)
+{{
+    return x == {zero} ? {zero} : x*log{f}(y);
+}}"""),
+    "maximum": ((), """\
+/* maximum(a, b), NaN if either is NaN (as torch.maximum; fmax would drop the NaN) */
+static inline {T} sg_maximum_{S}({T} a, {T} b)
+{{
+    return (a > b || a != a) ? a : b;
+}}"""),
+    "minimum": ((), """\
+/* minimum(a, b), NaN if either is NaN */
+static inline {T} sg_minimum_{S}({T} a, {T} b)
+{{
+    return (a < b || a != a) ? a : b;
+}}"""),
+    "sign": ((), """\
+/* sign(x): -1, 0 or 1; NaN for NaN (as numpy.sign) */
+static inline {T} sg_sign_{S}({T} x)
+{{
+    return x > {zero} ? {one} : (x < {zero} ? -{one} : x);
+}}"""),
+}
+
+#: Object-like macros that <math.h>, <stdint.h> or Python.h (cffi builds include it first) may define, and
+#: the names this file calls or defines: an identifier equal to one of them gets a trailing '_' in C.
+_C_MACROS = frozenset("""
+INFINITY NAN HUGE_VAL HUGE_VALF HUGE_VALL MATH_ERRNO MATH_ERREXCEPT math_errhandling DOMAIN SING OVERFLOW
+UNDERFLOW TLOSS PLOSS X_TLOSS EOF BUFSIZ FILENAME_MAX FOPEN_MAX TMP_MAX L_tmpnam stdin stdout stderr SEEK_SET
+SEEK_CUR SEEK_END EXIT_SUCCESS EXIT_FAILURE RAND_MAX MB_CUR_MAX NULL CHAR_BIT MB_LEN_MAX linux unix i386 i686
+errno sqrt sqrtf pow powf fabs fabsf cbrt cbrtf
+""".split()) | frozenset(LIBM.values()) | frozenset(f + "f" for f in LIBM.values())
+_C_MACRO_RE = re.compile(
+    r"_[A-Z_].*|SG_.*|Py.*|PY_.*|HAVE_.*|SIZEOF_.*|ALIGNOF_.*|FP_[A-Z0-9_]+|E[A-Z0-9]{2,}"
+    r"|M_(E|LOG2E|LOG10E|LN2|LN10|PI|PI_2|PI_4|1_PI|2_PI|2_SQRTPI|SQRT2|SQRT1_2)[a-z0-9]*"
+    r"|(U?INT(8|16|32|64|MAX|PTR)?|U?INT_(LEAST|FAST)(8|16|32|64)|SIZE|PTRDIFF|WCHAR|WINT|SIG_ATOMIC|S?CHAR"
+    r"|UCHAR|U?SHRT|U?LONG|U?LLONG|FLT|DBL|LDBL)_[A-Z0-9_]*")
+
+
+def c_safe(name: str) -> bool:
+    """False for an identifier that could be a macro or a function this file calls (see ``_C_MACROS``)."""
+    return name not in _C_MACROS and not _C_MACRO_RE.fullmatch(name)
+
+
+def _literal(value: float, dtype: DType) -> str:
+    """A typed C literal that round-trips: 17-digit double, shortest float32 with an F suffix."""
+    if value != value:
+        return "NAN"
+    if value in (float("inf"), float("-inf")):
+        return "INFINITY" if value > 0 else "-INFINITY"
+    if dtype.literal:
+        import numpy
+        f32 = numpy.float32(value)
+        if not numpy.isfinite(f32):
+            return "INFINITY" if value > 0 else "-INFINITY"
+        text = str(f32)
+    else:
+        text = repr(float(value))
+    if "e" not in text and "." not in text:
+        text += ".0"
+    return text + dtype.literal
+
+
+class SymgradCPrinter(C99CodePrinter):
+    """Expressions of one dtype; statements, loops and signatures belong to the emitter.
+
+    ``names`` maps a SymPy symbol to its C text (``x[i]``, a local name); ``used`` collects the libm
+    functions and ``helpers`` the primitives an expression needed, for the file header.
+    """
+
+    EXPAND_POW_MAX = 4     # x**4 -> x*x*x*x; beyond, pow()
+
+    def __init__(self, dtype: DType = DTYPES[0], names: dict | None = None) -> None:
+        super().__init__({"strict": True})
+        self.math_macros = {}          # no M_PI: double, and undefined under -std=c99
+        self.dtype = dtype
+        self.names = names or {}
+        self.used: set[str] = set()
+        self.helpers: set[str] = set()
+
+    # -- atoms ------------------------------------------------------------------------------------------
+    def _print_Symbol(self, expr):
+        return self.names.get(expr, expr.name)
+
+    def _print_Integer(self, expr):
+        return _literal(float(expr), self.dtype)
+
+    def _print_Rational(self, expr):
+        return _literal(float(expr), self.dtype)
+
+    def _print_Float(self, expr):
+        return _literal(float(expr), self.dtype)
+
+    def _print_NumberSymbol(self, expr):
+        return _literal(float(expr.evalf(30)), self.dtype)
+
+    _print_Pi = _print_Exp1 = _print_NumberSymbol
+
+    def _print_Infinity(self, expr):
+        return "INFINITY"
+
+    def _print_NegativeInfinity(self, expr):
+        return "-INFINITY"
+
+    def _print_NaN(self, expr):
+        return "NAN"
+
+    def _print_BooleanTrue(self, expr):
+        return "1"
+
+    def _print_BooleanFalse(self, expr):
+        return "0"
+
+    # -- arithmetic ---------------------------------------------------------------------------------------
+    def _print_Mul(self, expr):
+        """``-2.0*a*b/(c*d)``: numeric coefficient first, negative powers as one denominator."""
+        c, rest = expr.as_coeff_Mul()
+        sign = ""
+        if c.is_negative:
+            expr, sign = _keep_coeff(-c, rest), "-"
+        num, den = [], []
+        for f in expr.as_ordered_factors():
+            if f.is_Pow and f.exp.is_Rational and f.exp.is_negative:
+                den.append(f.base if f.exp == -1 else sympy.Pow(f.base, -f.exp, evaluate=False))
+            elif f is not sympy.S.One:
+                num.append(f)
+        text = "*".join(self._factor(f, strict=True) for f in num) or _literal(1.0, self.dtype)
+        if len(num) == 1 and sign and (num[0].is_Add or self._prints_as_product(num[0])):
+            text = f"({text})" if not text.startswith("(") else text
+        if len(den) == 1:
+            text += "/" + self._factor(den[0], strict=False)
+        elif den:
+            text += "/(" + "*".join(self._factor(f, strict=True) for f in den) + ")"
+        return sign + text
+
+    def _factor(self, item, strict: bool) -> str:
+        """One operand of * or /: parenthesized below Mul precedence (``strict``) or at it (a divisor)."""
+        text = self._print(item)
+        prec = PRECEDENCE["Mul"] if self._prints_as_product(item) else precedence(item)
+        if item.is_Number and not item.is_negative:
+            prec = PRECEDENCE["Atom"]
+        low = prec < PRECEDENCE["Mul"] if strict else prec <= PRECEDENCE["Mul"]
+        return f"({text})" if low else text
+
+    def _print_Add(self, expr):
+        return CodePrinter._print_Add(self, expr)
+
+    def _prints_as_product(self, expr) -> bool:
+        """Pows that print as a product or quotient, so they need parentheses where a Pow would not."""
+        if not isinstance(expr, sympy.Pow):
+            return False
+        e = expr.exp
+        if e.is_Integer:
+            return 2 <= int(e) <= self.EXPAND_POW_MAX or -self.EXPAND_POW_MAX <= int(e) <= -1
+        return e in (-sympy.S.Half, sympy.Rational(3, 2), sympy.Rational(-3, 2))
+
+    def parenthesize(self, item, level, strict=False):
+        if self._prints_as_product(item):
+            prec = PRECEDENCE["Mul"]
+            text = self._print(item)
+            return f"({text})" if prec < level or (not strict and prec <= level) else text
+        return super().parenthesize(item, level, strict)
+
+    def _call(self, name: str, *args) -> str:
+        self.used.add(name)
+        return f"{name}{self.dtype.libm}({', '.join(self._print(a) for a in args)})"
+
+    def _print_Pow(self, expr, rational=False):
+        base, e = expr.args
+        b = self.parenthesize(base, PRECEDENCE["Pow"])
+        one = _literal(1.0, self.dtype)
+        sqrt = f"sqrt{self.dtype.libm}({self._print(base)})"
+        if e.is_Integer and 1 <= abs(int(e)) <= self.EXPAND_POW_MAX:
+            product = "*".join([b] * abs(int(e)))
+            if int(e) > 0:
+                return product
+            return f"{one}/{product}" if int(e) == -1 else f"{one}/({product})"
+        if e == sympy.S.Half:
+            return sqrt
+        if e == -sympy.S.Half:
+            return f"{one}/{sqrt}"
+        if e == sympy.Rational(3, 2):
+            return f"{b}*{sqrt}"
+        if e == sympy.Rational(-3, 2):
+            return f"{one}/({b}*{sqrt})"
+        return self._call("pow", base, e)
+
+    # -- logic ----------------------------------------------------------------------------------------------
+    def _print_Relational(self, expr):
+        return f"{self._print(expr.lhs)} {expr.rel_op} {self._print(expr.rhs)}"
+
+    def _bool(self, expr) -> str:
+        """A condition as an operand of && / || / ?: (parenthesized unless atomic)."""
+        text = self._print(expr)
+        return text if isinstance(expr, (sympy.logic.boolalg.BooleanAtom, sympy.Not)) else f"({text})"
+
+    def _print_And(self, expr):
+        return " && ".join(self._bool(a) for a in expr.args)
+
+    def _print_Or(self, expr):
+        return " || ".join(self._bool(a) for a in expr.args)
+
+    def _print_Not(self, expr):
+        return f"!({self._print(expr.args[0])})"
+
+    def _print_ITE(self, expr):
+        c, a, b = expr.args
+        return f"({self._bool(c)} ? {self._bool(a)} : {self._bool(b)})"
+
+    def _print_Piecewise(self, expr):
+        """Nested ternaries: only the chosen branch's value reaches the result (select, not multiply)."""
+        *branches, (last, cond) = expr.args
+        text = self._print(last) if cond == sympy.true else \
+            f"({self._print(cond)} ? {self._print(last)} : NAN)"
+        for value, c in reversed(branches):
+            text = f"({self._print(c)} ? {self._print(value)} : {text})"
+        return text
+
+    # -- functions ----------------------------------------------------------------------------------------
+    def _print_libm(self, expr):
+        return self._call(LIBM[type(expr).__name__], *expr.args)
+
+    def _print_helper(self, expr):
+        name = type(expr).__name__
+        self.helpers.add(name)
+        self.used.update(HELPERS[name][0])
+        return f"sg_{name}_{self.dtype.suffix}({', '.join(self._print(a) for a in expr.args)})"
+
+    def _print_MinMax(self, expr):
+        """SymPy's Max/Min (normally rewritten to maximum/minimum upstream): NaN-propagating, pairwise."""
+        name = "maximum" if isinstance(expr, sympy.Max) else "minimum"
+        self.helpers.add(name)
+        args = [self._print(a) for a in expr.args]
+        text = args[0]
+        for a in args[1:]:
+            text = f"sg_{name}_{self.dtype.suffix}({text}, {a})"
+        return text
+
+    _print_Max = _print_Min = _print_MinMax
+
+    def _print_Function(self, expr):
+        raise sympy.printing.codeprinter.PrintMethodNotImplementedError(
+            f"the C emitter cannot print {type(expr).__name__} (in {expr})")
+
+
+for _name in sympy.printing.c.known_functions_C99:       # only what this printer knows how to type
+    if _name not in ("Max", "Min"):
+        setattr(SymgradCPrinter, f"_print_{_name}", SymgradCPrinter._print_Function)
+for _name in LIBM:
+    setattr(SymgradCPrinter, f"_print_{_name}", SymgradCPrinter._print_libm)
+for _name in HELPERS:
+    setattr(SymgradCPrinter, f"_print_{_name}", SymgradCPrinter._print_helper)
+
+
+def function_name(kernel: Kernel, program: Program, dtype: DType) -> str:
+    return f"{kernel.name}__{program.name}_{dtype.suffix}"
+
+
+def _comment(text: str) -> str:
+    return one_line(text).replace("/*", "/ *")
+
+
+def _parallel_min_rows(program: Program) -> int:
+    """Rows from which a loop runs on all OpenMP threads: fewer for heavier bodies (~constant work)."""
+    ops = max(program.op_count(), 1)
+    return max(PARALLEL_MIN_ROWS_FLOOR, min(PARALLEL_MIN_ROWS, PARALLEL_MIN_ROWS * 10 // ops))
+
+
+class _Names:
+    """C identifiers for one program: the IR's names, unless one could be a macro or a called function."""
+
+    def __init__(self, program: Program) -> None:
+        self.taken = {s.name for slot in (*program.inputs, *program.outputs) for s in (slot, *slot.symbols)}
+        self.taken |= {a.target.name for a in program.body}
+        self.taken |= {"i", "n"}
+        self.renamed: dict[str, str] = {}
+
+    def __call__(self, name: str) -> str:
+        if c_safe(name):
+            return name
+        if name not in self.renamed:
+            new = name + "_"
+            while new in self.taken or not c_safe(new):
+                new += "_"
+            self.taken.add(new)
+            self.renamed[name] = new
+        return self.renamed[name]
+
+
+def _index(slot: Slot, k: int) -> str:
+    return "i" if not slot.shape else f"i*{slot.size} + {k}"
+
+
+class CEmitter:
+    name = "c"
+    filename = "kernels.c"
+
+    def emit_program(self, kernel: Kernel, program: Program, dtype: DType,
+                     printer: SymgradCPrinter | None = None) -> str:
+        cname = _Names(program)
+        names: dict[sympy.Symbol, str] = {}
+        used = set().union(*(a.expr.free_symbols for a in program.body)) if program.body else set()
+        loads = []
+        for slot in program.inputs:
+            array = cname(slot.name)
+            for k, sym in enumerate(slot.symbols):
+                if not slot.shape:
+                    names[sym] = f"{array}[i]"
+                elif sym in used:
+                    names[sym] = cname(sym.name)
+                    loads.append(f"const {dtype.ctype} {names[sym]} = {array}[{_index(slot, k)}];")
+        stores = {}
+        for slot in program.outputs:
+            array = cname(slot.name)
+            for k, sym in enumerate(slot.symbols):
+                stores[sym] = names[sym] = f"{array}[{_index(slot, k)}]"
+        p = printer or SymgradCPrinter(dtype)
+        p.names = names
+        lines = list(loads)
+        for a in program.body:
+            note = f"  /* {_comment(a.note)} */" if a.note else ""
+            value = p.doprint(a.expr)
+            if a.target in stores:
+                lines.append(f"{stores[a.target]} = {value};{note}")
+            else:
+                names[a.target] = cname(a.target.name)
+                lines.append(f"const {dtype.ctype} {names[a.target]} = {value};{note}")
+        params = [f"const {dtype.ctype} *restrict {cname(s.name)}" for s in program.inputs]
+        params += [f"{dtype.ctype} *restrict {cname(s.name)}" for s in program.outputs]
+        head = prototype(function_name(kernel, program, dtype), dtype.suffix, params)
+        body = "\n".join(f"        {line}" for line in lines)
+        return (f"/* {program.name} of {_comment(kernel.name)} [{_comment(kernel.origin)}], {dtype.ctype} */\n"
+                f"{head}\n{{\n"
+                f"    SG_LOOP({_parallel_min_rows(program)})\n"
+                f"    for (int64_t i = 0; i < n; ++i) {{\n{body}\n    }}\n}}")
+
+    def _functions(self, kernel: Kernel, printers: dict[str, SymgradCPrinter]) -> str:
+        parts = []
+        for dtype in DTYPES:
+            for program in kernel.programs:
+                parts.append(self.emit_program(kernel, program, dtype, printers[dtype.suffix]))
+        return "\n\n".join(parts)
+
+    def emit_function(self, kernel: Kernel) -> str:
+        return self._functions(kernel, {d.suffix: SymgradCPrinter(d) for d in DTYPES})
+
+    def emit_module(self, kernels: Sequence[Kernel], info: ModelInfo) -> str:
+        printers = {d.suffix: SymgradCPrinter(d) for d in DTYPES}
+        bodies = [self._banner(k) + "\n" + self._functions(k, printers) for k in kernels]
+        used = set().union(*(p.used for p in printers.values()))
+        helpers = set().union(*(p.helpers for p in printers.values()))
+        head = [
+            f"/* @generated by symgrad {info.symgrad_version} from {_comment(info.source)}. Do not edit.",
+            f"   Regenerate with: symgrad compile {_comment(info.source)}",
+            "",
+            "   One function per kernel, program and dtype (T = double for _f64, float for _f32):",
+            "     void <kernel>__<program>_<f64|f32>(int64_t n, const T *restrict inputs..., "
+            "T *restrict results...)",
+            "   Every array holds n rows; a vector or matrix argument is one contiguous row per element",
+            "   (x[i*3 + k]). Arrays must not overlap. */",
+            "#include <math.h>",
+            "#include <stdint.h>",
+            "",
+            LOOP_MACROS,
+        ]
+        if used & set(LIBMVEC_TIER):
+            head += ["", vector_math_declarations(used)]
+        for name in HELPERS:
+            if name in helpers:
+                for dtype in DTYPES:
+                    head += ["", helper(name, dtype)]
+        return "\n".join(head) + "\n\n" + "\n\n".join(bodies) + "\n"
+
+    @staticmethod
+    def _banner(kernel: Kernel) -> str:
+        lines = [f"/* ---- {_comment(kernel.name)} [{_comment(kernel.origin)}] ----"]
+        lines += [f"   {_comment(name)} = {_comment(text)}" for name, text in kernel.formulas]
+        lines += [f"   vjp {_comment(name)}: {_comment(text)}" for name, text in kernel.derivatives if text]
+        return "\n".join(lines) + " */"
+
+
+LOOP_MACROS = """\
+/* SG_LOOP(min_n): with OpenMP (-fopenmp) the loop runs on all threads from min_n rows on, else it is a
+   vectorized serial loop (omp simd, honoured by -fopenmp-simd and ignored by a plain compile). */
+#define SG_PRAGMA(x) _Pragma(#x)
+#if defined(_OPENMP)
+#define SG_LOOP(min_n) SG_PRAGMA(omp parallel for simd if(parallel: n >= min_n) schedule(static))
+#else
+#define SG_LOOP(min_n) SG_PRAGMA(omp simd)
+#endif"""
+
+
+def vector_math_declarations(used: set[str]) -> str:
+    """``declare simd`` prototypes for the used libm functions, active when the build defines SG_LIBMVEC."""
+    lines = ["/* glibc's libmvec has SIMD versions of these; <math.h> declares them only under -ffast-math.",
+             "   The build defines SG_LIBMVEC (1: glibc >= 2.22, 2: >= 2.35) when a test compile linked them. */"]
+    for tier in (1, 2):
+        names = sorted(f for f in used if LIBMVEC_TIER.get(f) == tier)
+        if not names:
+            continue
+        lines.append(f"#if defined(SG_LIBMVEC) && SG_LIBMVEC >= {tier}")
+        for f in names:
+            for dtype in DTYPES:
+                args = ", ".join([dtype.ctype] * _ARITY.get(f, 1))
+                lines += ["#pragma omp declare simd notinbranch", f"{dtype.ctype} {f}{dtype.libm}({args});"]
+        lines.append("#endif")
+    return "\n".join(lines)
+
+
+def helper(name: str, dtype: DType) -> str:
+    lit = {k: _literal(v, dtype) for k, v in (("one", 1.0), ("zero", 0.0), ("half", 0.5),
+                                              ("ln2", 0.6931471805599453))}
+    return HELPERS[name][1].format(T=dtype.ctype, S=dtype.suffix, f=dtype.libm, **lit)
+
+
+def cdef(kernels: Sequence[Kernel]) -> str:
+    """The cffi ``cdef`` of a module: one prototype per kernel, program and dtype."""
+    return "\n".join(
+        prototype(function_name(k, p, d), d.suffix, [f"const {d.ctype} *"] * len(p.inputs)
+                  + [f"{d.ctype} *"] * len(p.outputs)) + ";"
+        for k in kernels for d in DTYPES for p in k.programs)
+
+
+register("c")(CEmitter)

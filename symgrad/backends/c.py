@@ -1,0 +1,102 @@
+"""The C backend: builds a package's ``kernels.c`` with cffi (cached, see ``symgrad.build_c``) and runs it.
+
+``run(inputs, batch_shape)`` materializes each input as a contiguous, aligned array of exactly
+``batch_shape + slot.shape`` (no copy when it already is one), allocates the results with ``np.empty``
+and calls the kernel once; cffi releases the GIL for the call. ``ffi.from_buffer`` ignores dtypes, so the
+dtype and shape are checked here before any pointer is taken.
+"""
+from __future__ import annotations
+
+import os
+from math import prod
+
+import numpy as np
+
+from .. import build_c
+from . import BackendUnavailable, Package, Run, register_backend
+
+_SUFFIX = {np.dtype(np.float64): "f64", np.dtype(np.float32): "f32"}
+_loaded: list = []       # cffi modules loaded in this process (for set_num_threads)
+
+
+def set_num_threads(k: int) -> None:
+    """Threads for the OpenMP loops of every C kernel called from this Python thread (no-op without
+    OpenMP). Loops below their size threshold always run on one thread."""
+    for module in _loaded:
+        module.lib.sg_set_num_threads(int(k))
+        return
+
+
+def get_num_threads() -> int:
+    for module in _loaded:
+        return int(module.lib.sg_get_max_threads())
+    return 1
+
+
+class CKernels:
+    def __init__(self, package: Package) -> None:
+        manifest = package.manifest
+        if "c" not in manifest.get("files", {}):
+            raise BackendUnavailable(f"{package.path} has no C kernels (recompile it with symgrad)")
+        # Idle OpenMP threads sleep instead of spinning: a spinning pool slows the NumPy code that runs
+        # between kernel calls, and on a busy machine it stalls the next parallel loop.
+        os.environ.setdefault("OMP_WAIT_POLICY", "passive")
+        source = package.file("c").read_text()
+        self.module = build_c.load(source, build_c.cdef_from_manifest(manifest),
+                                   label=f"{manifest.get('source', package.path.name)} ({package.file('c')})")
+        if self.module not in _loaded:
+            _loaded.append(self.module)
+        self.ffi, self.lib = self.module.ffi, self.module.lib
+        self.slots = {(f.get("ident", f["name"]), p): ([tuple(s["shape"]) for s in io["inputs"]],
+                                       [tuple(s["shape"]) for s in io["outputs"]])
+                      for f in manifest["functions"] for p, io in f["programs"].items()}
+        self._runs: dict[tuple, Run] = {}
+
+    def program(self, function: str, program: str, dtype: np.dtype) -> Run:
+        dtype = np.dtype(dtype)
+        key = (function, program, dtype)
+        if key not in self._runs:
+            try:
+                suffix = _SUFFIX[dtype]
+            except KeyError:
+                raise TypeError(f"{function}: the C kernels take float32 or float64, not {dtype}") from None
+            in_shapes, out_shapes = self.slots[(function, program)]
+            self._runs[key] = _make_run(getattr(self.lib, f"{function}__{program}_{suffix}"),
+                                        self.ffi, dtype, in_shapes, out_shapes)
+        return self._runs[key]
+
+
+def _make_run(fn, ffi, dtype: np.dtype, in_shapes: list[tuple], out_shapes: list[tuple]) -> Run:
+    ctype = ffi.typeof(f"{build_c.C_TYPES[_SUFFIX[dtype]]}[]")
+    from_buffer = ffi.from_buffer
+    ndarray, empty = np.ndarray, np.empty
+    ins = tuple(in_shapes)
+    outs = tuple(out_shapes)
+
+    def run(inputs: tuple, batch: tuple) -> tuple:
+        ptrs = []
+        for a, tail in zip(inputs, ins):
+            full = batch + tail
+            if type(a) is not ndarray or a.dtype != dtype or a.shape != full or \
+                    not (a.flags.c_contiguous and a.flags.aligned):
+                a = np.ascontiguousarray(np.broadcast_to(a, full), dtype=dtype)
+                if not a.flags.aligned:
+                    a = a.copy()
+            ptrs.append(from_buffer(ctype, a))
+        results = tuple(empty(batch + tail, dtype) for tail in outs)
+        n = prod(batch)
+        if n:
+            fn(n, *ptrs, *[from_buffer(ctype, r) for r in results])
+        return results
+
+    return run
+
+
+class CBackend:
+    name = "c"
+
+    def load(self, package: Package) -> CKernels:
+        return CKernels(package)
+
+
+register_backend("c", CBackend)

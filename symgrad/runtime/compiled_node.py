@@ -1,0 +1,86 @@
+"""``apply_compiled``: a compiled ``@sg.function`` call on tensors becomes one tape node.
+
+Forward runs ``fn.forward`` on the tensors' arrays; backward calls ``fn.vjp(*saved_inputs, *grads)``,
+whose gradients already come summed to each input's shape. The vjp kernel is first-order only: under
+``create_graph=True`` its results carry a node that refuses a second differentiation with a clear error.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..errors import ArgumentError
+from .autograd import Node, mode
+from .tensor import Tensor, _result
+
+_names: dict[str, str] = {}
+
+
+def _node_name(fn: Any) -> str:
+    name = _names.get(fn.name)
+    if name is None:
+        name = _names[fn.name] = "".join(p.capitalize() for p in fn.name.split("_")) + "Backward"
+    return name
+
+
+def apply_compiled(fn: Any, args: tuple) -> Tensor | tuple[Tensor, ...]:
+    """Run compiled ``fn`` on tensors and numbers; record one node when grad mode is on and an input needs it."""
+    arrays = []
+    inputs = []
+    need = False
+    for a in args:
+        if isinstance(a, Tensor):
+            arrays.append(a.data)
+            if a._rg:
+                need = True
+                inputs.append(a)
+                continue
+        else:
+            arrays.append(a)
+        inputs.append(None)
+    try:
+        outs = fn.forward(*arrays)
+    except (ArgumentError, ValueError):
+        _check_broadcast(arrays)
+        raise
+    if not (need and mode.enabled):
+        if fn.n_outputs == 1:
+            return _result(outs[0])
+        return tuple(_result(o) for o in outs)
+    node = Node(_vjp_backward, tuple(inputs), tuple(arrays), fn, _node_name(fn),
+                tuple((o.shape, o.dtype) for o in outs))
+    if fn.n_outputs == 1:
+        return _result(outs[0], node, 0)
+    return tuple(_result(o, node, i) for i, o in enumerate(outs))
+
+
+def _vjp_backward(node: Node, grads: list, graph: bool) -> tuple:
+    fn = node.ctx
+    if not graph:
+        return fn.vjp(*node.saved, *grads)
+    results = fn.vjp(*node.saved, *(g.data for g in grads))
+    refuse = Node(_refuse_double_backward, (), None, fn, node.name + "Backward",
+                  tuple((np.shape(r), np.result_type(r)) for r in results))
+    return tuple(None if inp is None else _result(r, refuse, i)
+                 for i, (inp, r) in enumerate(zip(node.inputs, results)))
+
+
+def _refuse_double_backward(node: Node, grads: list, graph: bool) -> tuple:
+    fn = node.ctx
+    raise RuntimeError(
+        f"double backward through the compiled function '{fn.name}' ({fn.origin}) is not supported: its vjp "
+        "kernel is first-order. Differentiate once, or write the derivative you need as its own "
+        "@sg.function and compile it.")
+
+
+def _check_broadcast(arrays: list) -> None:
+    """Raise PyTorch's broadcast error when the arguments' shapes do not broadcast."""
+    shapes = [np.shape(a) for a in arrays]
+    ndim = max(len(s) for s in shapes)
+    for i in range(ndim - 1, -1, -1):
+        sizes = [s[len(s) - ndim + i] for s in shapes if len(s) - ndim + i >= 0]
+        for k in range(1, len(sizes)):
+            if sizes[0] != sizes[k] and sizes[0] != 1 and sizes[k] != 1:
+                raise RuntimeError(f"The size of tensor a ({sizes[0]}) must match the size of tensor b "
+                                   f"({sizes[k]}) at non-singleton dimension {i}")

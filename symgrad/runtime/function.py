@@ -1,0 +1,99 @@
+"""``sg.Function``: user-defined forward and backward, exactly like ``torch.autograd.Function``."""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .autograd import _SECOND_BACKWARD, FREED, Node, mode, no_grad
+from .shape_ops import sum_to_shape
+from .tensor import Tensor, _result
+
+
+class FunctionCtx:
+    """The ``ctx`` passed to ``forward`` and ``backward``; set any attribute on it to pass values along."""
+
+    needs_input_grad: tuple[bool, ...]
+
+    def __init__(self) -> None:
+        self._saved: Any = ()
+
+    def save_for_backward(self, *tensors: Any) -> None:
+        """Keep tensors for ``backward``; they are freed after it unless ``retain_graph=True``."""
+        self._saved = tensors
+
+    @property
+    def saved_tensors(self) -> tuple:
+        if self._saved is FREED:
+            raise RuntimeError(_SECOND_BACKWARD)
+        return self._saved
+
+    def _release(self) -> None:
+        if self._saved:
+            self._saved = FREED
+
+
+class Function:
+    """Subclass with static ``forward(ctx, *args)`` and ``backward(ctx, *grad_outputs)``; call ``apply``."""
+
+    @staticmethod
+    def forward(ctx: FunctionCtx, *args: Any, **kwargs: Any) -> Any:
+        raise NotImplementedError("subclasses of sg.Function must implement forward")
+
+    @staticmethod
+    def backward(ctx: FunctionCtx, *grad_outputs: Any) -> Any:
+        raise NotImplementedError("subclasses of sg.Function must implement backward")
+
+    @classmethod
+    def apply(cls, *args: Any, **kwargs: Any) -> Any:
+        """Run ``forward`` without recording and record one node whose backward is ``cls.backward``."""
+        ctx = FunctionCtx()
+        ctx.needs_input_grad = tuple(isinstance(a, Tensor) and a._rg for a in args)
+        with no_grad():
+            result = cls.forward(ctx, *args, **kwargs)
+        if not (mode.enabled and any(ctx.needs_input_grad)):
+            return result
+        outs = result if isinstance(result, tuple) else (result,)
+        arrays = [o.data if isinstance(o, Tensor) else np.asarray(o) for o in outs]
+        inputs = tuple(a if needs else None for a, needs in zip(args, ctx.needs_input_grad))
+        metas = tuple((a.data.shape, a.data.dtype) if isinstance(a, Tensor) else None for a in args)
+        node = Node(_function_backward, inputs, ctx, (cls, metas), cls.__name__ + "Backward",
+                    tuple((a.shape, a.dtype) for a in arrays))
+        wrapped = tuple(_result(a, node, i) for i, a in enumerate(arrays))
+        return wrapped if isinstance(result, tuple) else wrapped[0]
+
+
+def _function_backward(node: Node, grads: list, graph: bool) -> tuple:
+    cls, metas = node.ctx
+    result = cls.backward(node.saved, *(g if graph else _result(g) for g in grads))
+    result = result if isinstance(result, tuple) else (result,)
+    n = len(metas)
+    if len(result) > n and all(r is None for r in result[n:]):
+        result = result[:n]
+    if len(result) != n:
+        raise RuntimeError(f"function {node.name} returned an incorrect number of gradients "
+                           f"(expected {n}, got {len(result)})")
+    return tuple(_checked(node.name, i, r, meta, graph) if inp is not None else None
+                 for i, (r, meta, inp) in enumerate(zip(result, metas, node.inputs)))
+
+
+def _checked(name: str, index: int, grad: Any, meta: tuple, graph: bool) -> Any:
+    """The gradient for input ``index``, summed to the input's shape when it broadcasts to the grad's."""
+    if grad is None:
+        return None
+    shape, dtype = meta
+    g = grad if graph and isinstance(grad, Tensor) else (grad.data if isinstance(grad, Tensor) else np.asarray(grad))
+    if tuple(g.shape) != shape:
+        if not _expandable(shape, tuple(g.shape)):
+            raise RuntimeError(f"Function {name} returned an invalid gradient at index {index} - got "
+                               f"{list(g.shape)} but expected shape compatible with {list(shape)}")
+        g = sum_to_shape(g, shape)
+    if not graph and g.dtype != dtype:
+        g = g.astype(dtype)
+    return g
+
+
+def _expandable(shape: tuple, target: tuple) -> bool:
+    if len(shape) > len(target):
+        return False
+    return all(n == m or n == 1 for n, m in zip(shape[::-1], target[::-1]))

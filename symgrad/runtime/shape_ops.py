@@ -1,0 +1,239 @@
+"""Linear algebra, reductions, reshaping and indexing, each with a small explicit backward rule.
+
+Every function here accepts NumPy arrays as well as Tensors (arrays in, array out, nothing recorded), so the
+backward rules are written once with these same functions: on arrays during an ordinary backward, on
+Tensors under ``create_graph=True``, where they record and can be differentiated again.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .autograd import Node, mode
+from .tensor import Tensor, _result
+
+
+def _record(out: Any, backward: Any, inputs: tuple, saved: Any, ctx: Any, name: str) -> Tensor:
+    out = out if type(out) is np.ndarray else np.asarray(out)
+    return _result(out, Node(backward, inputs, saved, ctx, name, ((out.shape, out.dtype),)))
+
+
+def _tracked(x: Any) -> Any:
+    """``x`` when it is a Tensor that the current operation should differentiate, else None."""
+    return x if isinstance(x, Tensor) and x._rg and mode.enabled else None
+
+
+def _data(x: Any) -> Any:
+    return x.data if isinstance(x, Tensor) else x
+
+
+def _axes(axis: Any, ndim: int) -> tuple[int, ...]:
+    if axis is None:
+        return tuple(range(ndim))
+    axes = (axis,) if isinstance(axis, int) else tuple(axis)
+    return tuple(a % ndim if ndim else a for a in axes)
+
+
+def _kept_shape(shape: tuple, axis: Any) -> tuple:
+    axes = _axes(axis, len(shape))
+    return tuple(1 if i in axes else n for i, n in enumerate(shape))
+
+
+# -- reshaping -----------------------------------------------------------------------------------------
+def reshape(x: Any, shape: tuple) -> Any:
+    if not isinstance(x, Tensor):
+        return np.reshape(x, shape)
+    out = x.data.reshape(shape)
+    if _tracked(x) is None:
+        return _result(out)
+    return _record(out, _reshape_backward, (x,), None, x.data.shape, "ViewBackward")
+
+
+def _reshape_backward(node: Node, grads: list, graph: bool) -> tuple:
+    return (reshape(grads[0], node.ctx),)
+
+
+def permute(x: Any, perm: tuple) -> Any:
+    if not isinstance(x, Tensor):
+        return np.transpose(x, perm)
+    out = x.data.transpose(perm)
+    if _tracked(x) is None:
+        return _result(out)
+    return _record(out, _permute_backward, (x,), None, tuple(np.argsort(perm)), "PermuteBackward")
+
+
+def _permute_backward(node: Node, grads: list, graph: bool) -> tuple:
+    return (permute(grads[0], node.ctx),)
+
+
+def _swap_last(x: Any) -> Any:
+    n = len(x.shape)
+    return permute(x, tuple(range(n - 2)) + (n - 1, n - 2))
+
+
+def broadcast_to(x: Any, shape: tuple) -> Any:
+    if not isinstance(x, Tensor):
+        return np.broadcast_to(x, shape)
+    out = np.broadcast_to(x.data, shape)
+    if _tracked(x) is None:
+        return _result(out)
+    return _record(out, _broadcast_backward, (x,), None, x.data.shape, "ExpandBackward")
+
+
+def _broadcast_backward(node: Node, grads: list, graph: bool) -> tuple:
+    return (sum_to_shape(grads[0], node.ctx),)
+
+
+def sum_to_shape(g: Any, shape: tuple) -> Any:
+    """Sum ``g`` over the axes that broadcasting added or stretched to reach ``shape``."""
+    gs = g.shape
+    if gs == shape:
+        return g
+    lead = len(gs) - len(shape)
+    axes = tuple(range(lead)) + tuple(lead + i for i, n in enumerate(shape) if n == 1 and gs[lead + i] != 1)
+    if axes:
+        g = reduce_sum(g, axes, True)
+    return reshape(g, shape)
+
+
+# -- reductions ----------------------------------------------------------------------------------------
+def reduce_sum(x: Any, axis: Any = None, keepdims: bool = False) -> Any:
+    if not isinstance(x, Tensor):
+        return np.sum(x, axis=axis, keepdims=keepdims)
+    out = np.sum(x.data, axis=axis, keepdims=keepdims)
+    if _tracked(x) is None:
+        return _result(out)
+    return _record(out, _sum_backward, (x,), None, (x.data.shape, axis, keepdims), "SumBackward")
+
+
+def _sum_backward(node: Node, grads: list, graph: bool) -> tuple:
+    shape, axis, keepdims = node.ctx
+    g = grads[0]
+    if not keepdims:
+        g = reshape(g, _kept_shape(shape, axis))
+    return (broadcast_to(g, shape),)
+
+
+def reduce_mean(x: Any, axis: Any = None, keepdims: bool = False) -> Any:
+    if not isinstance(x, Tensor):
+        return np.mean(x, axis=axis, keepdims=keepdims)
+    out = np.mean(x.data, axis=axis, keepdims=keepdims)
+    if _tracked(x) is None:
+        return _result(out)
+    return _record(out, _mean_backward, (x,), None, (x.data.shape, axis, keepdims), "MeanBackward")
+
+
+def _mean_backward(node: Node, grads: list, graph: bool) -> tuple:
+    shape, axis, keepdims = node.ctx
+    count = int(np.prod([shape[a] for a in _axes(axis, len(shape))]))
+    (g,) = _sum_backward(node, grads, graph)
+    return (g / count,)
+
+
+def reduce_extreme(x: Any, axis: Any, keepdims: bool, np_fn: Any) -> Any:
+    """``np.max`` / ``np.min`` over ``axis``; tied extremes share the gradient equally (like ``torch.amax``)."""
+    if not isinstance(x, Tensor):
+        return np_fn(x, axis=axis, keepdims=keepdims)
+    if _tracked(x) is None:
+        return _result(np_fn(x.data, axis=axis, keepdims=keepdims))
+    kept = np_fn(x.data, axis=axis, keepdims=True)
+    axes = _axes(axis, x.data.ndim)
+    out = kept if keepdims else kept.reshape(tuple(n for i, n in enumerate(kept.shape) if i not in axes))
+    mask = x.data == kept
+    weights = mask / mask.sum(axis=axis, keepdims=True, dtype=x.data.dtype)
+    return _record(out, _extreme_backward, (x,), (weights.astype(x.data.dtype, copy=False),),
+                   (x.data.shape, axis, keepdims), "AmaxBackward" if np_fn is np.max else "AminBackward")
+
+
+def _extreme_backward(node: Node, grads: list, graph: bool) -> tuple:
+    shape, axis, keepdims = node.ctx
+    g = grads[0] if keepdims else reshape(grads[0], _kept_shape(shape, axis))
+    return (g * node.saved[0],)
+
+
+# -- matrix product ------------------------------------------------------------------------------------
+def matmul(a: Any, b: Any) -> Any:
+    """``a @ b`` with NumPy's rules for 1-D operands and broadcast batch dimensions."""
+    if not isinstance(a, Tensor) and not isinstance(b, Tensor):
+        return np.matmul(a, b)
+    A, B = _data(a), _data(b)
+    try:
+        out = np.matmul(A, B)
+    except ValueError:
+        if np.ndim(A) == 2 and np.ndim(B) == 2:
+            raise RuntimeError(f"mat1 and mat2 shapes cannot be multiplied ({A.shape[0]}x{A.shape[1]} and "
+                               f"{B.shape[0]}x{B.shape[1]})") from None
+        raise
+    ta, tb = _tracked(a), _tracked(b)
+    if ta is None and tb is None:
+        return _result(out)
+    return _record(out, _matmul_backward, (ta, tb), (a, b), None, "MmBackward")
+
+
+def _matmul_backward(node: Node, grads: list, graph: bool) -> tuple:
+    a, b = node.saved if graph else (_data(x) for x in node.saved)
+    g = grads[0]
+    ga = gb = None
+    if len(a.shape) == 1 and len(b.shape) == 1:
+        ga, gb = g * b, g * a
+    elif len(a.shape) == 1:      # (k,) @ (..., k, n) -> (..., n)
+        g_col = reshape(g, g.shape[:-1] + (g.shape[-1], 1))
+        ga = reshape(matmul(b, g_col), g.shape[:-1] + (b.shape[-2],))
+        gb = matmul(reshape(a, (a.shape[0], 1)), reshape(g, g.shape[:-1] + (1, g.shape[-1])))
+    elif len(b.shape) == 1:      # (..., m, k) @ (k,) -> (..., m)
+        g_col = reshape(g, g.shape + (1,))
+        ga = matmul(g_col, reshape(b, (1, b.shape[0])))
+        gb = reshape(matmul(_swap_last(a), g_col), g.shape[:-1] + (b.shape[0],))
+    else:
+        ga = matmul(g, _swap_last(b))
+        gb = matmul(_swap_last(a), g)
+    ia, ib = node.inputs
+    return (None if ia is None else sum_to_shape(ga, tuple(a.shape)),
+            None if ib is None else sum_to_shape(gb, tuple(b.shape)))
+
+
+# -- indexing ------------------------------------------------------------------------------------------
+def _plain_index(index: Any) -> Any:
+    if isinstance(index, Tensor):
+        return index.data
+    if isinstance(index, tuple):
+        return tuple(i.data if isinstance(i, Tensor) else i for i in index)
+    return index
+
+
+def _has_integer_array(index: Any) -> bool:
+    items = index if isinstance(index, tuple) else (index,)
+    return any(isinstance(i, (list, np.ndarray)) and np.asarray(i).dtype.kind in "iu" for i in items)
+
+
+def getitem(x: Any, index: Any) -> Any:
+    """``x[index]`` with NumPy's basic and advanced indexing."""
+    index = _plain_index(index)
+    if not isinstance(x, Tensor):
+        return x[index]
+    out = x.data[index]
+    if _tracked(x) is None:
+        return _result(out)
+    return _record(out, _getitem_backward, (x,), None, (x.data.shape, x.data.dtype, index), "IndexBackward")
+
+
+def _getitem_backward(node: Node, grads: list, graph: bool) -> tuple:
+    shape, dtype, index = node.ctx
+    return (index_add(grads[0], shape, dtype, index),)
+
+
+def index_add(g: Any, shape: tuple, dtype: Any, index: Any) -> Any:
+    """Zeros of ``shape`` with ``g`` added at ``index`` (repeated indices add up): the adjoint of getitem."""
+    z = np.zeros(shape, dtype)
+    if _has_integer_array(index):
+        np.add.at(z, index, _data(g))
+    else:
+        z[index] = _data(g)
+    if _tracked(g) is None:
+        return z if not isinstance(g, Tensor) else _result(z)
+    return _record(z, _index_add_backward, (g,), None, index, "IndexPutBackward")
+
+
+def _index_add_backward(node: Node, grads: list, graph: bool) -> tuple:
+    return (getitem(grads[0], node.ctx),)

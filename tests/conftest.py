@@ -1,0 +1,28 @@
+"""Shared fixtures: an isolated cache directory and parametrisation over every available backend."""
+from __future__ import annotations
+
+import os
+import tempfile
+
+import pytest
+
+os.environ.setdefault("SYMGRAD_CACHE_DIR", tempfile.mkdtemp(prefix="symgrad-test-cache-"))
+
+import symgrad as sg  # noqa: E402
+
+BACKENDS = sg.available_backends()
+DTYPES = ("float64", "float32")
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request):
+    """Run the test once per backend (numpy, c), restoring the previous choice afterwards."""
+    previous = sg.get_backend()
+    sg.set_backend(request.param)
+    yield request.param
+    sg.set_backend(previous)
+
+
+@pytest.fixture(params=DTYPES)
+def dtype(request):
+    return request.param
