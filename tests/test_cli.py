@@ -1,0 +1,101 @@
+"""The symgrad command as a user runs it."""
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).parent.parent
+
+
+def symgrad(*args, cwd, env_extra=None):
+    import os
+    env = dict(os.environ, PYTHONPATH=str(ROOT), **(env_extra or {}))
+    return subprocess.run([sys.executable, "-m", "symgrad", *args], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=300)
+
+
+@pytest.fixture
+def model(tmp_path):
+    shutil.copy(ROOT / "examples" / "model.py", tmp_path / "model.py")
+    return tmp_path
+
+
+def test_compile_then_up_to_date_then_import(model):
+    r = symgrad("compile", "model.py", cwd=model)
+    assert r.returncode == 0, r.stderr
+    assert "[1/6] square" in r.stderr and "wrote model_symgrad" in r.stdout
+    assert "forward" in r.stdout and "vjp" in r.stdout
+    assert (model / "model_symgrad" / "derivatives.yaml").exists()
+    r = symgrad("compile", "model.py", cwd=model)
+    assert r.returncode == 0 and "up to date" in r.stdout
+    code = "import numpy as np, model_symgrad as m; print(m.softplus.value_and_vjp(np.array([0.0]), np.array([1.0])))"
+    r = subprocess.run([sys.executable, "-c", code], cwd=model, capture_output=True, text=True,
+                       env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+    assert r.returncode == 0, r.stderr
+    assert "0.69314718" in r.stdout and "0.5" in r.stdout
+
+
+def test_output_directory_option(model):
+    r = symgrad("compile", "model.py", "-o", "elsewhere", cwd=model)
+    assert r.returncode == 0 and (model / "elsewhere" / "manifest.json").exists()
+
+
+def test_show_formats(model):
+    r = symgrad("show", "model.py", "softplus", cwd=model)
+    assert r.returncode == 0 and "vjp x: grad*sigmoid(x)" in r.stdout and "def softplus__value_and_vjp" in r.stdout
+    r = symgrad("show", "model.py", "--format", "yaml", cwd=model)
+    assert '- name: "softplus(Tensor x) -> Tensor"' in r.stdout and '  x: "grad*sigmoid(x)"' in r.stdout
+    r = symgrad("show", "model.py", "blend", "--format", "ir", cwd=model)
+    assert "program value_and_vjp(x, y, grad) -> (out, grad_x, grad_y)" in r.stdout
+
+
+def test_check_passes_and_catches_a_wrong_hand_written_backward(model):
+    r = symgrad("check", "model.py", cwd=model)
+    assert r.returncode == 0 and r.stdout.count("ok ") == 6, r.stdout
+    (model / "hand.py").write_text(textwrap.dedent("""
+        import numpy as np
+        def neo_relu_backward(x, grad_output):      # the article's mistake: 1 instead of grad_output
+            return np.where(x > 0, 1.0, 0.0)
+        def neo_relu_backward_right(x, grad_output):
+            return np.where(x > 0, grad_output, 0.0)
+    """))
+    r = symgrad("check", "model.py", "neo_relu", "--against", "hand.py:neo_relu_backward", cwd=model)
+    assert r.returncode == 1 and "FAIL neo_relu" in r.stdout
+    r = symgrad("check", "model.py", "neo_relu", "--against", "hand.py:neo_relu_backward_right", cwd=model)
+    assert r.returncode == 0, r.stdout
+
+
+def test_errors_are_one_line_with_exit_code_1(tmp_path):
+    (tmp_path / "bad.py").write_text("import symgrad as sg\n@sg.function\ndef f(x):\n    return x + nope\n")
+    r = symgrad("compile", "bad.py", cwd=tmp_path)
+    assert r.returncode == 1
+    assert r.stderr.strip().count("\n") == 1      # the progress line, then the error line
+    assert r.stderr.strip().splitlines()[-1].startswith("symgrad: error: bad.py:")
+    r = symgrad("compile", "bad.py", cwd=tmp_path, env_extra={"SYMGRAD_DEBUG": "1"})
+    assert "Traceback" in r.stderr
+
+
+def test_usage_error_exit_code_2_and_help(tmp_path):
+    assert symgrad("frobnicate", cwd=tmp_path).returncode == 2
+    for cmd in ("compile", "show", "check", "cache"):
+        r = symgrad(cmd, "--help", cwd=tmp_path)
+        assert r.returncode == 0 and "usage: symgrad" in r.stdout
+
+
+def test_timeout_on_a_model_that_loops_forever(tmp_path):
+    (tmp_path / "loop.py").write_text("while True:\n    pass\n")
+    r = symgrad("compile", "loop.py", "--timeout", "1", cwd=tmp_path)
+    assert r.returncode == 1 and "gave up after 1 s" in r.stderr
+
+
+def test_cache_list_and_clear(model, tmp_path):
+    env = {"SYMGRAD_CACHE_DIR": str(tmp_path / "cache")}
+    symgrad("check", "model.py", "square", cwd=model, env_extra=env)
+    r = symgrad("cache", "list", cwd=model, env_extra=env)
+    assert r.returncode == 0 and "models" in r.stdout
+    r = symgrad("cache", "clear", cwd=model, env_extra=env)
+    assert r.returncode == 0 and "removed" in r.stdout
+    assert "0 entries" in symgrad("cache", "list", cwd=model, env_extra=env).stdout
