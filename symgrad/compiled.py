@@ -174,6 +174,31 @@ class CompiledFunction:
         return self._package_outputs(outs), grads
 
 
+    def jvp(self, inputs: tuple, tangents: tuple) -> tuple[Any, Any]:
+        """Forward mode, like ``jax.jvp``: (outputs, output tangents) for argument ``tangents``."""
+        inputs, tangents = tuple(inputs), tuple(tangents)
+        if len(inputs) != len(self.arg_names) or len(tangents) != len(self.arg_names):
+            raise ArgumentError(f"{self.name}.jvp takes a tuple of {len(self.arg_names)} inputs and a tuple of "
+                                f"{len(self.arg_names)} tangents; got {len(inputs)} and {len(tangents)}")
+        names = self.arg_names + tuple(f"tangent of {n}" for n in self.arg_names)
+        arrays, dtype, batch = self._arrays(inputs + tangents, self.arg_shapes * 2, names)
+        results = self._kernel("jvp", dtype)(tuple(arrays), batch)
+        n = self.n_outputs
+        return self._package_outputs(results[:n]), self._package_outputs(results[n:])
+
+    def value_and_jacobian(self, *args: Any) -> tuple[Any, np.ndarray]:
+        """(outputs, J) with J of shape ``batch + (n_out, n_in)``: rows are the flattened outputs in order,
+        columns the flattened arguments in order (each row-major), from one fused kernel."""
+        self._check_arity(args)
+        arrays, dtype, batch = self._arrays(args, self.arg_shapes, self.arg_names)
+        results = self._kernel("value_and_jacobian", dtype)(tuple(arrays), batch)
+        return self._package_outputs(results[:-1]), results[-1]
+
+    def jacobian(self, *args: Any) -> np.ndarray:
+        """The dense per-row Jacobian blocks; see ``value_and_jacobian`` for the layout."""
+        return self.value_and_jacobian(*args)[1]
+
+
 def load_package(location: str | Path) -> dict[str, CompiledFunction]:
     """The functions of a compiled package, by name (``location``: its directory or its ``__init__.py``)."""
     path = Path(location)

@@ -97,6 +97,37 @@ def reverse_accumulate(body: Assignments, seeds: dict[Symbol, sympy.Expr], wrt: 
     return Reverse(assigns, grads)
 
 
+def forward_accumulate(body: Assignments, tangents: dict[Symbol, sympy.Expr], where: str
+                       ) -> tuple[Assignments, dict[Symbol, sympy.Expr]]:
+    """Forward mode over ``body``: the tangent of every assigned symbol, given the tangents of the inputs.
+
+    A Piecewise-selected zero factor is guarded (``d == 0 ? 0 : d*dt``) where the incoming tangent is a
+    computed one, so an untaken branch's infinite tangent never becomes ``0 * inf``."""
+    tangent: dict[Symbol, sympy.Expr] = dict(tangents)
+    names = fresh("_tan")
+    assigns: Assignments = []
+    for sym, expr in body:
+        terms = []
+        for arg in sorted(expr.free_symbols & set(tangent), key=str):
+            dt = tangent[arg]
+            if dt == 0:
+                continue
+            d = local_derivative(expr, arg, where)
+            if d == 0:
+                continue
+            term = d * dt
+            if arg not in tangents and d.has(Piecewise):
+                term = Piecewise((0, Eq(d, 0)), (term, True))
+            terms.append(term)
+        total = sympy.Add(*terms)
+        if total.is_Atom:
+            tangent[sym] = total
+        else:
+            tangent[sym] = next(names)
+            assigns.append((tangent[sym], total))
+    return assigns, tangent
+
+
 def topo_merge(assigns: Assignments, extra: Assignments) -> Assignments:
     """Order ``assigns`` (kept in order) plus ``extra`` (CSE temporaries) so each comes after what it uses,
     each temporary placed just before its first user."""

@@ -203,6 +203,17 @@ class SymbolicFunction:
         """(outputs, input gradients) in one fused call."""
         return self.compiled().value_and_vjp(*args)
 
+    def jvp(self, inputs: tuple, tangents: tuple) -> tuple:
+        """(outputs, output tangents), forward mode."""
+        return self.compiled().jvp(inputs, tangents)
+
+    def jacobian(self, *args: Any):
+        """Dense per-row Jacobian blocks, shape ``batch + (n_out, n_in)``."""
+        return self.compiled().jacobian(*args)
+
+    def value_and_jacobian(self, *args: Any) -> tuple:
+        return self.compiled().value_and_jacobian(*args)
+
     def source(self, target: str = "numpy") -> str:
         return self.compiled().source(target)
 

@@ -10,7 +10,8 @@ from itertools import count
 import sympy
 from sympy import Symbol
 
-from .derive import (Assignments, inline_single_use, joint_cse, prune, reverse_accumulate, straight_line)
+from .derive import (Assignments, forward_accumulate, inline_single_use, joint_cse, prune, reverse_accumulate,
+                     straight_line)
 from .display import formula
 from .frontend import Spec
 from .ir import Assign, Kernel, Program, Slot
@@ -36,6 +37,7 @@ class _Builder:
         self.where = f"{spec.origin}: {spec.name}"
         self.namer = Namer()
         self.rename: dict[Symbol, Symbol] = {}
+        self.temp_names = (f"t{k}" for k in count())
 
     def slot(self, base: str, shape: tuple[int, ...], role: str, internal: list[Symbol], of: str = "") -> Slot:
         name = self.namer(base)
@@ -48,11 +50,10 @@ class _Builder:
 
     def program(self, name: str, inputs: tuple[Slot, ...], outputs: tuple[Slot, ...], body: Assignments,
                 notes: dict[Symbol, str]) -> Program:
-        temp_names = (f"t{k}" for k in count())
         assigns = []
         for sym, expr in body:
             if sym not in self.rename:
-                self.rename[sym] = Symbol(self.namer(next(temp_names)), real=True)
+                self.rename[sym] = Symbol(self.namer(next(self.temp_names)), real=True)
             assigns.append(Assign(self.rename[sym], expr.xreplace(self.rename), notes.get(sym, "")))
         return Program(name, inputs, outputs, tuple(assigns))
 
@@ -73,6 +74,18 @@ def lower(spec: Spec) -> Kernel:
     rev = reverse_accumulate(forward, dict(zip(out_syms, cot_syms)), arg_syms, b.where)
     full = joint_cse(forward + rev.assigns + list(zip(grad_syms, rev.grads)))
 
+    # Forward mode (jvp) and the dense per-row Jacobian (one unit-seeded reverse pass per output element).
+    tan_syms = [Symbol(f"_tan_in{k}", real=True) for k in range(len(arg_syms))]
+    jvp_syms = [Symbol(f"_jvp{k}", real=True) for k in range(len(outputs))]
+    tan_assigns, tangent = forward_accumulate(forward, dict(zip(arg_syms, tan_syms)), b.where)
+    jvp_full = joint_cse(forward + tan_assigns + [(j, tangent[o]) for j, o in zip(jvp_syms, out_syms)])
+    jac_syms = [Symbol(f"_jac{j}_{i}", real=True) for j in range(len(outputs)) for i in range(len(arg_syms))]
+    jac_body: Assignments = list(forward)
+    for j, o in enumerate(out_syms):
+        rows = reverse_accumulate(forward, {o: sympy.S.One}, arg_syms, b.where)
+        jac_body += rows.assigns + list(zip(jac_syms[j * len(arg_syms):(j + 1) * len(arg_syms)], rows.grads))
+    jac_full = joint_cse(jac_body)
+
     # Slots, in the user's names.
     args = tuple(b.slot(a.name, a.shape, "arg", list(a.symbols)) for a in spec.args)
     single = len(spec.outputs) == 1
@@ -83,9 +96,15 @@ def lower(spec: Spec) -> Kernel:
         out_slots.append(b.slot(oname, o.shape, "output", [next(it_out) for _ in range(n)]))
         cot_slots.append(b.slot("grad" if single else f"grad_{oname}", o.shape, "cotangent",
                                 [next(it_cot) for _ in range(n)], of=oname))
-    it_grad = iter(grad_syms)
+    it_grad, it_tan = iter(grad_syms), iter(tan_syms)
     grad_slots = [b.slot(f"grad_{a.name}", a.shape, "grad", [next(it_grad) for _ in a.symbols], of=a.name)
                   for a in args]
+    tan_slots = [b.slot(f"tangent_{a.name}", a.shape, "tangent", [next(it_tan) for _ in a.symbols], of=a.name)
+                 for a in args]
+    it_jvp = iter(jvp_syms)
+    jvp_slots = [b.slot(f"jvp_{o.name}", o.shape, "jvp", [next(it_jvp) for _ in o.symbols], of=o.name)
+                 for o in out_slots]
+    jac_slot = b.slot("jacobian", (len(out_syms), len(arg_syms)), "jacobian", jac_syms)
 
     out_names = ", ".join(s.name for s in out_slots)
     notes = {sym: f"{b.rename[sym]} = {formula(e.xreplace(b.rename), 100)}" for sym, e in zip(out_syms, outputs)}
@@ -101,6 +120,12 @@ def lower(spec: Spec) -> Kernel:
                   inline_single_use(prune(forward, set(out_syms)), set(out_syms)), notes),
         b.program("vjp", (*args, *cot_slots), tuple(grad_slots),
                   inline_single_use(prune(full, set(grad_syms)), set(grad_syms)), notes),
+        b.program("jvp", (*args, *tan_slots), (*out_slots, *jvp_slots),
+                  inline_single_use(prune(jvp_full, set(out_syms) | set(jvp_syms)),
+                                    set(out_syms) | set(jvp_syms)), notes),
+        b.program("value_and_jacobian", args, (*out_slots, jac_slot),
+                  inline_single_use(prune(jac_full, set(out_syms) | set(jac_syms)),
+                                    set(out_syms) | set(jac_syms)), notes),
     )
     kernel = Kernel(
         name=sanitize(spec.name), public_name=spec.name,

@@ -108,6 +108,33 @@ void square__vjp_f64(int64_t n,
     }
 }
 
+/* jvp of square [model.py:10], double */
+void square__jvp_f64(int64_t n,
+                     const double *restrict x,
+                     const double *restrict tangent_x,
+                     double *restrict out,
+                     double *restrict jvp_out)
+{
+    SG_LOOP(200000)
+    for (int64_t i = 0; i < n; ++i) {
+        out[i] = x[i]*x[i];  /* out = x**2 */
+        jvp_out[i] = 2.0*tangent_x[i]*x[i];
+    }
+}
+
+/* value_and_jacobian of square [model.py:10], double */
+void square__value_and_jacobian_f64(int64_t n,
+                                    const double *restrict x,
+                                    double *restrict out,
+                                    double *restrict jacobian)
+{
+    SG_LOOP(200000)
+    for (int64_t i = 0; i < n; ++i) {
+        out[i] = x[i]*x[i];  /* out = x**2 */
+        jacobian[i*1 + 0] = 2.0*x[i];
+    }
+}
+
 /* value_and_vjp of square [model.py:10], float */
 void square__value_and_vjp_f32(int64_t n,
                                const float *restrict x,
@@ -137,6 +164,33 @@ void square__vjp_f32(int64_t n, const float *restrict x, const float *restrict g
     SG_LOOP(200000)
     for (int64_t i = 0; i < n; ++i) {
         grad_x[i] = 2.0F*grad[i]*x[i];  /* grad_x = d(out)/dx . grad */
+    }
+}
+
+/* jvp of square [model.py:10], float */
+void square__jvp_f32(int64_t n,
+                     const float *restrict x,
+                     const float *restrict tangent_x,
+                     float *restrict out,
+                     float *restrict jvp_out)
+{
+    SG_LOOP(200000)
+    for (int64_t i = 0; i < n; ++i) {
+        out[i] = x[i]*x[i];  /* out = x**2 */
+        jvp_out[i] = 2.0F*tangent_x[i]*x[i];
+    }
+}
+
+/* value_and_jacobian of square [model.py:10], float */
+void square__value_and_jacobian_f32(int64_t n,
+                                    const float *restrict x,
+                                    float *restrict out,
+                                    float *restrict jacobian)
+{
+    SG_LOOP(200000)
+    for (int64_t i = 0; i < n; ++i) {
+        out[i] = x[i]*x[i];  /* out = x**2 */
+        jacobian[i*1 + 0] = 2.0F*x[i];
     }
 }
 
@@ -178,6 +232,33 @@ void neo_relu__vjp_f64(int64_t n,
     }
 }
 
+/* jvp of neo_relu [model.py:15], double */
+void neo_relu__jvp_f64(int64_t n,
+                       const double *restrict x,
+                       const double *restrict tangent_x,
+                       double *restrict out,
+                       double *restrict jvp_out)
+{
+    SG_LOOP(200000)
+    for (int64_t i = 0; i < n; ++i) {
+        out[i] = (x[i] > 0.0 ? x[i] : -0.1);  /* out = where(x > 0, x, -0.1) */
+        jvp_out[i] = tangent_x[i]*(x[i] > 0.0 ? 1.0 : 0.0);
+    }
+}
+
+/* value_and_jacobian of neo_relu [model.py:15], double */
+void neo_relu__value_and_jacobian_f64(int64_t n,
+                                      const double *restrict x,
+                                      double *restrict out,
+                                      double *restrict jacobian)
+{
+    SG_LOOP(200000)
+    for (int64_t i = 0; i < n; ++i) {
+        out[i] = (x[i] > 0.0 ? x[i] : -0.1);  /* out = where(x > 0, x, -0.1) */
+        jacobian[i*1 + 0] = (x[i] > 0.0 ? 1.0 : 0.0);
+    }
+}
+
 /* value_and_vjp of neo_relu [model.py:15], float */
 void neo_relu__value_and_vjp_f32(int64_t n,
                                  const float *restrict x,
@@ -207,6 +288,33 @@ void neo_relu__vjp_f32(int64_t n, const float *restrict x, const float *restrict
     SG_LOOP(200000)
     for (int64_t i = 0; i < n; ++i) {
         grad_x[i] = grad[i]*(x[i] > 0.0F ? 1.0F : 0.0F);  /* grad_x = d(out)/dx . grad */
+    }
+}
+
+/* jvp of neo_relu [model.py:15], float */
+void neo_relu__jvp_f32(int64_t n,
+                       const float *restrict x,
+                       const float *restrict tangent_x,
+                       float *restrict out,
+                       float *restrict jvp_out)
+{
+    SG_LOOP(200000)
+    for (int64_t i = 0; i < n; ++i) {
+        out[i] = (x[i] > 0.0F ? x[i] : -0.1F);  /* out = where(x > 0, x, -0.1) */
+        jvp_out[i] = tangent_x[i]*(x[i] > 0.0F ? 1.0F : 0.0F);
+    }
+}
+
+/* value_and_jacobian of neo_relu [model.py:15], float */
+void neo_relu__value_and_jacobian_f32(int64_t n,
+                                      const float *restrict x,
+                                      float *restrict out,
+                                      float *restrict jacobian)
+{
+    SG_LOOP(200000)
+    for (int64_t i = 0; i < n; ++i) {
+        out[i] = (x[i] > 0.0F ? x[i] : -0.1F);  /* out = where(x > 0, x, -0.1) */
+        jacobian[i*1 + 0] = (x[i] > 0.0F ? 1.0F : 0.0F);
     }
 }
 
@@ -248,6 +356,33 @@ void softplus__vjp_f64(int64_t n,
     }
 }
 
+/* jvp of softplus [model.py:21], double */
+void softplus__jvp_f64(int64_t n,
+                       const double *restrict x,
+                       const double *restrict tangent_x,
+                       double *restrict out,
+                       double *restrict jvp_out)
+{
+    SG_LOOP(200000)
+    for (int64_t i = 0; i < n; ++i) {
+        out[i] = sg_softplus_f64(x[i]);  /* out = softplus(x) */
+        jvp_out[i] = tangent_x[i]*sg_sigmoid_f64(x[i]);
+    }
+}
+
+/* value_and_jacobian of softplus [model.py:21], double */
+void softplus__value_and_jacobian_f64(int64_t n,
+                                      const double *restrict x,
+                                      double *restrict out,
+                                      double *restrict jacobian)
+{
+    SG_LOOP(200000)
+    for (int64_t i = 0; i < n; ++i) {
+        out[i] = sg_softplus_f64(x[i]);  /* out = softplus(x) */
+        jacobian[i*1 + 0] = sg_sigmoid_f64(x[i]);
+    }
+}
+
 /* value_and_vjp of softplus [model.py:21], float */
 void softplus__value_and_vjp_f32(int64_t n,
                                  const float *restrict x,
@@ -277,6 +412,33 @@ void softplus__vjp_f32(int64_t n, const float *restrict x, const float *restrict
     SG_LOOP(200000)
     for (int64_t i = 0; i < n; ++i) {
         grad_x[i] = grad[i]*sg_sigmoid_f32(x[i]);  /* grad_x = d(out)/dx . grad */
+    }
+}
+
+/* jvp of softplus [model.py:21], float */
+void softplus__jvp_f32(int64_t n,
+                       const float *restrict x,
+                       const float *restrict tangent_x,
+                       float *restrict out,
+                       float *restrict jvp_out)
+{
+    SG_LOOP(200000)
+    for (int64_t i = 0; i < n; ++i) {
+        out[i] = sg_softplus_f32(x[i]);  /* out = softplus(x) */
+        jvp_out[i] = tangent_x[i]*sg_sigmoid_f32(x[i]);
+    }
+}
+
+/* value_and_jacobian of softplus [model.py:21], float */
+void softplus__value_and_jacobian_f32(int64_t n,
+                                      const float *restrict x,
+                                      float *restrict out,
+                                      float *restrict jacobian)
+{
+    SG_LOOP(200000)
+    for (int64_t i = 0; i < n; ++i) {
+        out[i] = sg_softplus_f32(x[i]);  /* out = softplus(x) */
+        jacobian[i*1 + 0] = sg_sigmoid_f32(x[i]);
     }
 }
 
@@ -336,6 +498,49 @@ void blend__vjp_f64(int64_t n,
     }
 }
 
+/* jvp of blend [model.py:27], double */
+void blend__jvp_f64(int64_t n,
+                    const double *restrict x,
+                    const double *restrict y,
+                    const double *restrict tangent_x,
+                    const double *restrict tangent_y,
+                    double *restrict out,
+                    double *restrict jvp_out)
+{
+    SG_LOOP(83333)
+    for (int64_t i = 0; i < n; ++i) {
+        const double t0 = y[i]*y[i];
+        const double t1 = x[i]*x[i];
+        const double t2 = t0*t1;
+        const double t3 = exp(-t0);
+        const double t4 = t3*sin(x[i]);
+        out[i] = t4 + log1p(t2);  /* out = log1p(x**2*y**2) + exp(-y**2)*sin(x) */
+        const double t5 = 1.0/(t2 + 1.0);
+        jvp_out[i] = tangent_x[i]*(2.0*t0*t5*x[i] + t3*cos(x[i])) + 2.0*tangent_y[i]*y[i]*(t1*t5 - t4);
+    }
+}
+
+/* value_and_jacobian of blend [model.py:27], double */
+void blend__value_and_jacobian_f64(int64_t n,
+                                   const double *restrict x,
+                                   const double *restrict y,
+                                   double *restrict out,
+                                   double *restrict jacobian)
+{
+    SG_LOOP(95238)
+    for (int64_t i = 0; i < n; ++i) {
+        const double t0 = y[i]*y[i];
+        const double t1 = x[i]*x[i];
+        const double t2 = t0*t1;
+        const double t3 = exp(-t0);
+        const double t4 = t3*sin(x[i]);
+        out[i] = t4 + log1p(t2);  /* out = log1p(x**2*y**2) + exp(-y**2)*sin(x) */
+        const double t5 = 1.0/(t2 + 1.0);
+        jacobian[i*2 + 0] = 2.0*t0*t5*x[i] + t3*cos(x[i]);
+        jacobian[i*2 + 1] = 2.0*y[i]*(t1*t5 - t4);
+    }
+}
+
 /* value_and_vjp of blend [model.py:27], float */
 void blend__value_and_vjp_f32(int64_t n,
                               const float *restrict x,
@@ -388,6 +593,49 @@ void blend__vjp_f32(int64_t n,
     }
 }
 
+/* jvp of blend [model.py:27], float */
+void blend__jvp_f32(int64_t n,
+                    const float *restrict x,
+                    const float *restrict y,
+                    const float *restrict tangent_x,
+                    const float *restrict tangent_y,
+                    float *restrict out,
+                    float *restrict jvp_out)
+{
+    SG_LOOP(83333)
+    for (int64_t i = 0; i < n; ++i) {
+        const float t0 = y[i]*y[i];
+        const float t1 = x[i]*x[i];
+        const float t2 = t0*t1;
+        const float t3 = expf(-t0);
+        const float t4 = t3*sinf(x[i]);
+        out[i] = t4 + log1pf(t2);  /* out = log1p(x**2*y**2) + exp(-y**2)*sin(x) */
+        const float t5 = 1.0F/(t2 + 1.0F);
+        jvp_out[i] = tangent_x[i]*(2.0F*t0*t5*x[i] + t3*cosf(x[i])) + 2.0F*tangent_y[i]*y[i]*(t1*t5 - t4);
+    }
+}
+
+/* value_and_jacobian of blend [model.py:27], float */
+void blend__value_and_jacobian_f32(int64_t n,
+                                   const float *restrict x,
+                                   const float *restrict y,
+                                   float *restrict out,
+                                   float *restrict jacobian)
+{
+    SG_LOOP(95238)
+    for (int64_t i = 0; i < n; ++i) {
+        const float t0 = y[i]*y[i];
+        const float t1 = x[i]*x[i];
+        const float t2 = t0*t1;
+        const float t3 = expf(-t0);
+        const float t4 = t3*sinf(x[i]);
+        out[i] = t4 + log1pf(t2);  /* out = log1p(x**2*y**2) + exp(-y**2)*sin(x) */
+        const float t5 = 1.0F/(t2 + 1.0F);
+        jacobian[i*2 + 0] = 2.0F*t0*t5*x[i] + t3*cosf(x[i]);
+        jacobian[i*2 + 1] = 2.0F*y[i]*(t1*t5 - t4);
+    }
+}
+
 /* ---- gelu_tanh [model.py:32] ----
    out = 0.5*x*(tanh(sqrt(2)*(0.044715*x**3 + x)/sqrt(pi)) + 1)
    vjp x: grad*(0.5*sqrt(2)*x*(1 - tanh(sqrt(2)*(0.044715*x**3 + x)/sqrt(pi))**2)*(0.134145*x**2 + 1)/sqrt(pi) + 0.5*tanh(sqrt(2)*(0.044715*x**3 + x)/sqrt(pi)) + 0.5) */
@@ -431,6 +679,39 @@ void gelu_tanh__vjp_f64(int64_t n,
     }
 }
 
+/* jvp of gelu_tanh [model.py:32], double */
+void gelu_tanh__jvp_f64(int64_t n,
+                        const double *restrict x,
+                        const double *restrict tangent_x,
+                        double *restrict out,
+                        double *restrict jvp_out)
+{
+    SG_LOOP(80000)
+    for (int64_t i = 0; i < n; ++i) {
+        const double t0 = 0.5*x[i];
+        const double t1 = sqrt(2.0)/sqrt(3.141592653589793);
+        const double t2 = tanh(t1*(0.044715*x[i]*x[i]*x[i] + x[i]));
+        out[i] = t0*(t2 + 1.0);  /* out = 0.5*x*(tanh(sqrt(2)*(0.044715*x**3 + x)/sqrt(pi)) + 1) */
+        jvp_out[i] = tangent_x[i]*(t0*t1*(1.0 - (t2*t2))*(0.134145*x[i]*x[i] + 1.0) + 0.5*t2 + 0.5);
+    }
+}
+
+/* value_and_jacobian of gelu_tanh [model.py:32], double */
+void gelu_tanh__value_and_jacobian_f64(int64_t n,
+                                       const double *restrict x,
+                                       double *restrict out,
+                                       double *restrict jacobian)
+{
+    SG_LOOP(83333)
+    for (int64_t i = 0; i < n; ++i) {
+        const double t0 = 0.5*x[i];
+        const double t1 = sqrt(2.0)/sqrt(3.141592653589793);
+        const double t2 = tanh(t1*(0.044715*x[i]*x[i]*x[i] + x[i]));
+        out[i] = t0*(t2 + 1.0);  /* out = 0.5*x*(tanh(sqrt(2)*(0.044715*x**3 + x)/sqrt(pi)) + 1) */
+        jacobian[i*1 + 0] = t0*t1*(1.0 - (t2*t2))*(0.134145*x[i]*x[i] + 1.0) + 0.5*t2 + 0.5;
+    }
+}
+
 /* value_and_vjp of gelu_tanh [model.py:32], float */
 void gelu_tanh__value_and_vjp_f32(int64_t n,
                                   const float *restrict x,
@@ -468,6 +749,39 @@ void gelu_tanh__vjp_f32(int64_t n,
         const float t1 = sqrtf(2.0F)/sqrtf(3.1415927F);
         const float t2 = tanhf(t1*(0.044715F*x[i]*x[i]*x[i] + x[i]));
         grad_x[i] = grad[i]*(0.5F*t1*x[i]*(1.0F - (t2*t2))*(0.134145F*x[i]*x[i] + 1.0F) + 0.5F*t2 + 0.5F);  /* grad_x = d(out)/dx . grad */
+    }
+}
+
+/* jvp of gelu_tanh [model.py:32], float */
+void gelu_tanh__jvp_f32(int64_t n,
+                        const float *restrict x,
+                        const float *restrict tangent_x,
+                        float *restrict out,
+                        float *restrict jvp_out)
+{
+    SG_LOOP(80000)
+    for (int64_t i = 0; i < n; ++i) {
+        const float t0 = 0.5F*x[i];
+        const float t1 = sqrtf(2.0F)/sqrtf(3.1415927F);
+        const float t2 = tanhf(t1*(0.044715F*x[i]*x[i]*x[i] + x[i]));
+        out[i] = t0*(t2 + 1.0F);  /* out = 0.5*x*(tanh(sqrt(2)*(0.044715*x**3 + x)/sqrt(pi)) + 1) */
+        jvp_out[i] = tangent_x[i]*(t0*t1*(1.0F - (t2*t2))*(0.134145F*x[i]*x[i] + 1.0F) + 0.5F*t2 + 0.5F);
+    }
+}
+
+/* value_and_jacobian of gelu_tanh [model.py:32], float */
+void gelu_tanh__value_and_jacobian_f32(int64_t n,
+                                       const float *restrict x,
+                                       float *restrict out,
+                                       float *restrict jacobian)
+{
+    SG_LOOP(83333)
+    for (int64_t i = 0; i < n; ++i) {
+        const float t0 = 0.5F*x[i];
+        const float t1 = sqrtf(2.0F)/sqrtf(3.1415927F);
+        const float t2 = tanhf(t1*(0.044715F*x[i]*x[i]*x[i] + x[i]));
+        out[i] = t0*(t2 + 1.0F);  /* out = 0.5*x*(tanh(sqrt(2)*(0.044715*x**3 + x)/sqrt(pi)) + 1) */
+        jacobian[i*1 + 0] = t0*t1*(1.0F - (t2*t2))*(0.134145F*x[i]*x[i] + 1.0F) + 0.5F*t2 + 0.5F;
     }
 }
 
@@ -531,6 +845,53 @@ void polar__vjp_f64(int64_t n,
     }
 }
 
+/* jvp of polar [model.py:38], double */
+void polar__jvp_f64(int64_t n,
+                    const double *restrict r,
+                    const double *restrict theta,
+                    const double *restrict tangent_r,
+                    const double *restrict tangent_theta,
+                    double *restrict out0,
+                    double *restrict out1,
+                    double *restrict jvp_out0,
+                    double *restrict jvp_out1)
+{
+    SG_LOOP(200000)
+    for (int64_t i = 0; i < n; ++i) {
+        const double t0 = cos(theta[i]);
+        const double t1 = r[i]*t0;
+        out0[i] = t1;  /* out0 = r*cos(theta) */
+        const double t2 = sin(theta[i]);
+        const double t3 = r[i]*t2;
+        out1[i] = t3;  /* out1 = r*sin(theta) */
+        jvp_out0[i] = t0*tangent_r[i] - t3*tangent_theta[i];
+        jvp_out1[i] = t1*tangent_theta[i] + t2*tangent_r[i];
+    }
+}
+
+/* value_and_jacobian of polar [model.py:38], double */
+void polar__value_and_jacobian_f64(int64_t n,
+                                   const double *restrict r,
+                                   const double *restrict theta,
+                                   double *restrict out0,
+                                   double *restrict out1,
+                                   double *restrict jacobian)
+{
+    SG_LOOP(200000)
+    for (int64_t i = 0; i < n; ++i) {
+        const double t0 = cos(theta[i]);
+        const double t1 = r[i]*t0;
+        out0[i] = t1;  /* out0 = r*cos(theta) */
+        const double t2 = sin(theta[i]);
+        const double t3 = r[i]*t2;
+        out1[i] = t3;  /* out1 = r*sin(theta) */
+        jacobian[i*4 + 0] = t0;
+        jacobian[i*4 + 1] = -t3;
+        jacobian[i*4 + 2] = t2;
+        jacobian[i*4 + 3] = t1;
+    }
+}
+
 /* value_and_vjp of polar [model.py:38], float */
 void polar__value_and_vjp_f32(int64_t n,
                               const float *restrict r,
@@ -583,5 +944,52 @@ void polar__vjp_f32(int64_t n,
         const float t1 = sinf(theta[i]);
         grad_r[i] = grad_out0[i]*t0 + grad_out1[i]*t1;  /* grad_r = d(out0, out1)/dr . grad */
         grad_theta[i] = -grad_out0[i]*r[i]*t1 + grad_out1[i]*r[i]*t0;  /* grad_theta = d(out0, out1)/dtheta . grad */
+    }
+}
+
+/* jvp of polar [model.py:38], float */
+void polar__jvp_f32(int64_t n,
+                    const float *restrict r,
+                    const float *restrict theta,
+                    const float *restrict tangent_r,
+                    const float *restrict tangent_theta,
+                    float *restrict out0,
+                    float *restrict out1,
+                    float *restrict jvp_out0,
+                    float *restrict jvp_out1)
+{
+    SG_LOOP(200000)
+    for (int64_t i = 0; i < n; ++i) {
+        const float t0 = cosf(theta[i]);
+        const float t1 = r[i]*t0;
+        out0[i] = t1;  /* out0 = r*cos(theta) */
+        const float t2 = sinf(theta[i]);
+        const float t3 = r[i]*t2;
+        out1[i] = t3;  /* out1 = r*sin(theta) */
+        jvp_out0[i] = t0*tangent_r[i] - t3*tangent_theta[i];
+        jvp_out1[i] = t1*tangent_theta[i] + t2*tangent_r[i];
+    }
+}
+
+/* value_and_jacobian of polar [model.py:38], float */
+void polar__value_and_jacobian_f32(int64_t n,
+                                   const float *restrict r,
+                                   const float *restrict theta,
+                                   float *restrict out0,
+                                   float *restrict out1,
+                                   float *restrict jacobian)
+{
+    SG_LOOP(200000)
+    for (int64_t i = 0; i < n; ++i) {
+        const float t0 = cosf(theta[i]);
+        const float t1 = r[i]*t0;
+        out0[i] = t1;  /* out0 = r*cos(theta) */
+        const float t2 = sinf(theta[i]);
+        const float t3 = r[i]*t2;
+        out1[i] = t3;  /* out1 = r*sin(theta) */
+        jacobian[i*4 + 0] = t0;
+        jacobian[i*4 + 1] = -t3;
+        jacobian[i*4 + 2] = t2;
+        jacobian[i*4 + 3] = t1;
     }
 }

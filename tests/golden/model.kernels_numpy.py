@@ -27,6 +27,22 @@ def square__vjp(x, grad):
     return (grad_x,)
 
 
+def square__jvp(x, tangent_x):
+    """jvp of square [model.py:10]."""
+    with numpy.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
+        out = (x*x)  # out = x**2
+        jvp_out = 2*tangent_x*x
+    return (out, jvp_out,)
+
+
+def square__value_and_jacobian(x):
+    """value_and_jacobian of square [model.py:10]."""
+    with numpy.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
+        out = (x*x)  # out = x**2
+        jacobian_0_0 = 2*x
+    return (out, _sg.pack((jacobian_0_0,), (1, 1)),)
+
+
 def neo_relu__value_and_vjp(x, grad):
     """value_and_vjp of neo_relu [model.py:15]."""
     with numpy.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
@@ -49,6 +65,22 @@ def neo_relu__vjp(x, grad):
     return (grad_x,)
 
 
+def neo_relu__jvp(x, tangent_x):
+    """jvp of neo_relu [model.py:15]."""
+    with numpy.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
+        out = numpy.where((x > 0), x, -0.1)  # out = where(x > 0, x, -0.1)
+        jvp_out = tangent_x*numpy.where((x > 0), 1, 0)
+    return (out, jvp_out,)
+
+
+def neo_relu__value_and_jacobian(x):
+    """value_and_jacobian of neo_relu [model.py:15]."""
+    with numpy.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
+        out = numpy.where((x > 0), x, -0.1)  # out = where(x > 0, x, -0.1)
+        jacobian_0_0 = numpy.where((x > 0), 1, 0)
+    return (out, _sg.pack((jacobian_0_0,), (1, 1)),)
+
+
 def softplus__value_and_vjp(x, grad):
     """value_and_vjp of softplus [model.py:21]."""
     with numpy.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
@@ -69,6 +101,22 @@ def softplus__vjp(x, grad):
     with numpy.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
         grad_x = grad*_sg.sigmoid(x)  # grad_x = d(out)/dx . grad
     return (grad_x,)
+
+
+def softplus__jvp(x, tangent_x):
+    """jvp of softplus [model.py:21]."""
+    with numpy.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
+        out = _sg.softplus(x)  # out = softplus(x)
+        jvp_out = tangent_x*_sg.sigmoid(x)
+    return (out, jvp_out,)
+
+
+def softplus__value_and_jacobian(x):
+    """value_and_jacobian of softplus [model.py:21]."""
+    with numpy.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
+        out = _sg.softplus(x)  # out = softplus(x)
+        jacobian_0_0 = _sg.sigmoid(x)
+    return (out, _sg.pack((jacobian_0_0,), (1, 1)),)
 
 
 def blend__value_and_vjp(x, y, grad):
@@ -106,6 +154,35 @@ def blend__vjp(x, y, grad):
     return (grad_x, grad_y,)
 
 
+def blend__jvp(x, y, tangent_x, tangent_y):
+    """jvp of blend [model.py:27]."""
+    with numpy.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
+        t0 = (y*y)
+        t1 = (x*x)
+        t2 = t0*t1
+        t3 = numpy.exp(-t0)
+        t4 = t3*numpy.sin(x)
+        out = t4 + numpy.log1p(t2)  # out = log1p(x**2*y**2) + exp(-y**2)*sin(x)
+        t5 = 1/(t2 + 1)
+        jvp_out = tangent_x*(2*t0*t5*x + t3*numpy.cos(x)) + 2*tangent_y*y*(t1*t5 - t4)
+    return (out, jvp_out,)
+
+
+def blend__value_and_jacobian(x, y):
+    """value_and_jacobian of blend [model.py:27]."""
+    with numpy.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
+        t0 = (y*y)
+        t1 = (x*x)
+        t2 = t0*t1
+        t3 = numpy.exp(-t0)
+        t4 = t3*numpy.sin(x)
+        out = t4 + numpy.log1p(t2)  # out = log1p(x**2*y**2) + exp(-y**2)*sin(x)
+        t5 = 1/(t2 + 1)
+        jacobian_0_0 = 2*t0*t5*x + t3*numpy.cos(x)
+        jacobian_0_1 = 2*y*(t1*t5 - t4)
+    return (out, _sg.pack((jacobian_0_0, jacobian_0_1,), (1, 2)),)
+
+
 def gelu_tanh__value_and_vjp(x, grad):
     """value_and_vjp of gelu_tanh [model.py:32]."""
     with numpy.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
@@ -131,6 +208,28 @@ def gelu_tanh__vjp(x, grad):
         t2 = numpy.tanh(t1*(0.044715*(x*x*x) + x))
         grad_x = grad*(0.5*t1*x*(1 - (t2*t2))*(0.134145*(x*x) + 1) + 0.5*t2 + 0.5)  # grad_x = d(out)/dx . grad
     return (grad_x,)
+
+
+def gelu_tanh__jvp(x, tangent_x):
+    """jvp of gelu_tanh [model.py:32]."""
+    with numpy.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
+        t0 = 0.5*x
+        t1 = numpy.sqrt(2)/numpy.sqrt(numpy.pi)
+        t2 = numpy.tanh(t1*(0.044715*(x*x*x) + x))
+        out = t0*(t2 + 1)  # out = 0.5*x*(tanh(sqrt(2)*(0.044715*x**3 + x)/sqrt(pi)) + 1)
+        jvp_out = tangent_x*(t0*t1*(1 - (t2*t2))*(0.134145*(x*x) + 1) + 0.5*t2 + 0.5)
+    return (out, jvp_out,)
+
+
+def gelu_tanh__value_and_jacobian(x):
+    """value_and_jacobian of gelu_tanh [model.py:32]."""
+    with numpy.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
+        t0 = 0.5*x
+        t1 = numpy.sqrt(2)/numpy.sqrt(numpy.pi)
+        t2 = numpy.tanh(t1*(0.044715*(x*x*x) + x))
+        out = t0*(t2 + 1)  # out = 0.5*x*(tanh(sqrt(2)*(0.044715*x**3 + x)/sqrt(pi)) + 1)
+        jacobian_0_0 = t0*t1*(1 - (t2*t2))*(0.134145*(x*x) + 1) + 0.5*t2 + 0.5
+    return (out, _sg.pack((jacobian_0_0,), (1, 1)),)
 
 
 def polar__value_and_vjp(r, theta, grad_out0, grad_out1):
@@ -162,3 +261,33 @@ def polar__vjp(r, theta, grad_out0, grad_out1):
         grad_r = grad_out0*t0 + grad_out1*t1  # grad_r = d(out0, out1)/dr . grad
         grad_theta = -grad_out0*r*t1 + grad_out1*r*t0  # grad_theta = d(out0, out1)/dtheta . grad
     return (grad_r, grad_theta,)
+
+
+def polar__jvp(r, theta, tangent_r, tangent_theta):
+    """jvp of polar [model.py:38]."""
+    with numpy.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
+        t0 = numpy.cos(theta)
+        t1 = r*t0
+        out0 = t1  # out0 = r*cos(theta)
+        t2 = numpy.sin(theta)
+        t3 = r*t2
+        out1 = t3  # out1 = r*sin(theta)
+        jvp_out0 = t0*tangent_r - t3*tangent_theta
+        jvp_out1 = t1*tangent_theta + t2*tangent_r
+    return (out0, out1, jvp_out0, jvp_out1,)
+
+
+def polar__value_and_jacobian(r, theta):
+    """value_and_jacobian of polar [model.py:38]."""
+    with numpy.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
+        t0 = numpy.cos(theta)
+        t1 = r*t0
+        out0 = t1  # out0 = r*cos(theta)
+        t2 = numpy.sin(theta)
+        t3 = r*t2
+        out1 = t3  # out1 = r*sin(theta)
+        jacobian_0_0 = t0
+        jacobian_0_1 = -t3
+        jacobian_1_0 = t2
+        jacobian_1_1 = t1
+    return (out0, out1, _sg.pack((jacobian_0_0, jacobian_0_1, jacobian_1_0, jacobian_1_1,), (2, 2)),)
