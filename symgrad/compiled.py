@@ -199,6 +199,17 @@ class CompiledFunction:
         return self.value_and_jacobian(*args)[1]
 
 
+    def to_torch(self):
+        """This function as a PyTorch op (autograd.Function backed by the compiled kernels)."""
+        from .interop.torch import to_torch
+        return to_torch(self)
+
+    def to_jax(self):
+        """This function as a JAX function with a custom_vjp calling the compiled kernels."""
+        from .interop.jax import to_jax
+        return to_jax(self)
+
+
 def load_package(location: str | Path) -> dict[str, CompiledFunction]:
     """The functions of a compiled package, by name (``location``: its directory or its ``__init__.py``)."""
     path = Path(location)
