@@ -54,6 +54,10 @@ class CompiledFunction:
         self.derivatives: dict[str, str] = entry["derivatives"]
         self.formulas: dict[str, str] = entry["formulas"]
         self.op_counts: dict[str, int] = entry["op_counts"]
+        self._elementwise = not any(self.arg_shapes) and not any(self.out_shapes)
+        self._vjp_shapes = self.arg_shapes + self.out_shapes
+        self._vjp_names = self.arg_names + tuple(
+            f"grad of output {k}" if self.n_outputs > 1 else "grad_out" for k in range(self.n_outputs))
         self._kernels: dict[tuple, Any] = {}
         self._loaded: dict[str, tuple[str, Any]] = {}
 
@@ -89,6 +93,11 @@ class CompiledFunction:
 
     # -- argument handling ------------------------------------------------------------------------------
     def _arrays(self, values: tuple, shapes: tuple, names: tuple) -> tuple[list, np.dtype, tuple]:
+        if self._elementwise:   # fast path: same-shape, same-dtype float arrays need no work
+            first = values[0]
+            if type(first) is np.ndarray and first.dtype in _FLOATS and all(
+                    type(v) is np.ndarray and v.dtype == first.dtype and v.shape == first.shape for v in values):
+                return list(values), first.dtype, first.shape
         arrays, batches, dtypes = [], [], []
         for value, shape, name in zip(values, shapes, names):
             if isinstance(value, (float, int)) and not isinstance(value, bool):
@@ -156,12 +165,12 @@ class CompiledFunction:
 
     def _vjp_call(self, program: str, values: tuple, what: str) -> tuple[tuple, tuple]:
         args, cots = self._split(values, what)
-        names = self.arg_names + tuple(f"grad of output {k}" if self.n_outputs > 1 else "grad_out"
-                                       for k in range(self.n_outputs))
-        arrays, dtype, batch = self._arrays(args + cots, self.arg_shapes + self.out_shapes, names)
+        arrays, dtype, batch = self._arrays(args + cots, self._vjp_shapes, self._vjp_names)
         results = self._kernel(program, dtype)(tuple(arrays), batch)
         n_out = self.n_outputs if program == "value_and_vjp" else 0
-        grads = tuple(sum_to_shape(g, np.shape(a)) for g, a in zip(results[n_out:], args))
+        grads = results[n_out:]
+        if any(g.shape != np.shape(a) for g, a in zip(grads, args)):
+            grads = tuple(sum_to_shape(g, np.shape(a)) for g, a in zip(grads, args))
         return results[:n_out], grads
 
     def vjp(self, *args_and_cotangents: Any) -> tuple[np.ndarray, ...]:

@@ -57,6 +57,8 @@ def register_backend(name: str, factory: Callable[[], Backend]) -> None:
 
 
 def _ensure_registered() -> None:
+    if "numpy" in _FACTORIES:
+        return
     from . import numpy as _numpy  # noqa: F401  (registers 'numpy')
     try:
         from . import c as _c  # noqa: F401  (registers 'c')
@@ -79,8 +81,9 @@ def set_backend(name: str) -> None:
 
 def get_backend_name() -> str:
     """The chosen backend: ``set_backend``, else ``$SYMGRAD_BACKEND``, else 'c' (or 'numpy' without a C backend)."""
-    name = _chosen or os.environ.get("SYMGRAD_BACKEND") or ("c" if "c" in available() else "numpy")
-    if name not in available():
+    _ensure_registered()
+    name = _chosen or os.environ.get("SYMGRAD_BACKEND") or ("c" if "c" in _FACTORIES else "numpy")
+    if name not in _FACTORIES:
         raise ValueError(f"SYMGRAD_BACKEND={name!r} is not a backend; choose one of {', '.join(available())}")
     return name
 
