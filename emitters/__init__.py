@@ -13,9 +13,6 @@ from typing import TYPE_CHECKING, Callable, Protocol, Sequence
 if TYPE_CHECKING:
     from symgrad.ir import Kernel
 
-VERSION = "1"   # bump when any emitter's output changes meaning (part of every cache key)
-
-
 @dataclass(frozen=True)
 class ModelInfo:
     """Where the kernels come from, for banners."""

@@ -6,6 +6,7 @@ when the model's source (or symgrad) changed.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.util
 import json
@@ -37,9 +38,22 @@ __all__ = list(_functions)
 '''
 
 
+@functools.lru_cache(maxsize=1)
+def compiler_fingerprint() -> str:
+    """Hash of symgrad's and the emitters' own source: any change to the compiler invalidates old builds,
+    without version numbers bumped by hand."""
+    h = hashlib.sha256(f"symgrad {__version__}".encode())
+    for root in (Path(__file__).parent, Path(emitters.__file__).parent):
+        for file in sorted(root.rglob("*.py")):
+            if "runtime" not in file.parts:
+                h.update(file.name.encode())
+                h.update(file.read_bytes())
+    return h.hexdigest()
+
+
 def source_hash(text: bytes) -> str:
     h = hashlib.sha256(text)
-    h.update(f"symgrad {__version__} emitters {emitters.VERSION}".encode())
+    h.update(compiler_fingerprint().encode())
     return h.hexdigest()
 
 
