@@ -13,144 +13,28 @@ switched on by the build (``symgrad.build_c``) only when a test compile showed t
 """
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass
 from typing import Sequence
 
 import sympy
 import sympy.printing.c
 from sympy.printing.c import C99CodePrinter
-from sympy.printing.codeprinter import CodePrinter
 from sympy.core.mul import _keep_coeff
+from sympy.printing.codeprinter import CodePrinter
 from sympy.printing.precedence import PRECEDENCE, precedence
 
-from symgrad.build_c import C_TYPES, prototype
+from symgrad.build_c import prototype
 from symgrad.ir import Kernel, Program, Slot
 
 from . import ModelInfo, one_line, register
+from ._c_text import (DTYPES, HELPERS, LIBM, LIBMVEC_TIER, LOOP_MACROS, DType, c_safe, helper, literal,
+                      vector_math_declarations)
+
+__all__ = ["CEmitter", "SymgradCPrinter", "DTYPES", "DType", "c_safe", "cdef", "function_name"]
 
 #: Programs with at most this many operations parallelize only from this many rows; heavier ones earlier
 #: (an OpenMP parallel region costs tens of microseconds, see bench/bench_kernels.py).
 PARALLEL_MIN_ROWS = 200_000
 PARALLEL_MIN_ROWS_FLOOR = 20_000
-
-
-@dataclass(frozen=True)
-class DType:
-    suffix: str       # function-name suffix: 'f64' / 'f32'
-    ctype: str        # 'double' / 'float'
-    libm: str         # libm name suffix: '' / 'f' (expf)
-    literal: str      # literal suffix: '' / 'F'
-
-
-DTYPES = (DType("f64", "double", "", ""), DType("f32", "float", "f", "F"))
-assert tuple(d.ctype for d in DTYPES) == tuple(C_TYPES[d.suffix] for d in DTYPES)
-
-#: SymPy function class name -> libm name (double version; the float one adds 'f').
-LIBM = {
-    "exp": "exp", "log": "log", "sin": "sin", "cos": "cos", "tan": "tan", "asin": "asin", "acos": "acos",
-    "atan": "atan", "atan2": "atan2", "sinh": "sinh", "cosh": "cosh", "tanh": "tanh", "asinh": "asinh",
-    "acosh": "acosh", "atanh": "atanh", "erf": "erf", "erfc": "erfc", "log1p": "log1p", "expm1": "expm1",
-    "floor": "floor", "ceiling": "ceil", "Abs": "fabs",
-}
-#: libm functions glibc's libmvec vectorizes: tier 1 since glibc 2.22, tier 2 since 2.35.
-LIBMVEC_TIER = {"exp": 1, "log": 1, "sin": 1, "cos": 1, "pow": 1,
-                **{f: 2 for f in ("tan", "asin", "acos", "atan", "atan2", "sinh", "cosh", "tanh", "asinh",
-                                  "acosh", "atanh", "erf", "erfc", "log1p", "expm1")}}
-_ARITY = {"atan2": 2, "pow": 2}
-
-#: The stable primitives, as helper templates: (libm functions they call, C text).
-#: {T} type, {S} dtype suffix, {f} libm suffix, {one}/{zero}/{half}/{ln2} typed literals.
-HELPERS = {
-    "sigmoid": (("exp",), """\
-/* sigmoid(x) = 1/(1 + exp(-x)), branching on the sign so that exp never overflows */
-static inline {T} sg_sigmoid_{S}({T} x)
-{{
-    const {T} e = exp{f}(-fabs{f}(x));
-    return x >= {zero} ? {one}/({one} + e) : e/({one} + e);
-}}"""),
-    "softplus": (("exp", "log1p"), """\
-/* softplus(x) = log(1 + exp(x)) = max(x, 0) + log1p(exp(-|x|)), finite for every finite x */
-static inline {T} sg_softplus_{S}({T} x)
-{{
-    return (x > {zero} ? x : {zero}) + log1p{f}(exp{f}(-fabs{f}(x)));
-}}"""),
-    "logsigmoid": (("exp", "log1p"), """\
-/* logsigmoid(x) = -softplus(-x) = min(x, 0) - log1p(exp(-|x|)) */
-static inline {T} sg_logsigmoid_{S}({T} x)
-{{
-    return (x < {zero} ? x : {zero}) - log1p{f}(exp{f}(-fabs{f}(x)));
-}}"""),
-    "logaddexp": (("exp", "log1p"), """\
-/* logaddexp(a, b) = log(exp(a) + exp(b)) = max(a, b) + log1p(exp(-|a - b|)); exact for equal infinities */
-static inline {T} sg_logaddexp_{S}({T} a, {T} b)
-{{
-    const {T} m = a > b ? a : b;
-    return a == b ? a + {ln2} : m + log1p{f}(exp{f}(-fabs{f}(a - b)));
-}}"""),
-    "xlogy": (("log",), """\
-/* xlogy(x, y) = x*log(y), and 0 where x == 0 */
-static inline {T} sg_xlogy_{S}({T} x, {T} y)
-{{
-    return x == {zero} ? {zero} : x*log{f}(y);
-}}"""),
-    "maximum": ((), """\
-/* maximum(a, b), NaN if either is NaN (as torch.maximum; fmax would drop the NaN) */
-static inline {T} sg_maximum_{S}({T} a, {T} b)
-{{
-    return (a > b || a != a) ? a : b;
-}}"""),
-    "minimum": ((), """\
-/* minimum(a, b), NaN if either is NaN */
-static inline {T} sg_minimum_{S}({T} a, {T} b)
-{{
-    return (a < b || a != a) ? a : b;
-}}"""),
-    "sign": ((), """\
-/* sign(x): -1, 0 or 1; NaN for NaN (as numpy.sign) */
-static inline {T} sg_sign_{S}({T} x)
-{{
-    return x > {zero} ? {one} : (x < {zero} ? -{one} : x);
-}}"""),
-}
-
-#: Object-like macros that <math.h>, <stdint.h> or Python.h (cffi builds include it first) may define, and
-#: the names this file calls or defines: an identifier equal to one of them gets a trailing '_' in C.
-_C_MACROS = frozenset("""
-INFINITY NAN HUGE_VAL HUGE_VALF HUGE_VALL MATH_ERRNO MATH_ERREXCEPT math_errhandling DOMAIN SING OVERFLOW
-UNDERFLOW TLOSS PLOSS X_TLOSS EOF BUFSIZ FILENAME_MAX FOPEN_MAX TMP_MAX L_tmpnam stdin stdout stderr SEEK_SET
-SEEK_CUR SEEK_END EXIT_SUCCESS EXIT_FAILURE RAND_MAX MB_CUR_MAX NULL CHAR_BIT MB_LEN_MAX linux unix i386 i686
-errno sqrt sqrtf pow powf fabs fabsf cbrt cbrtf
-""".split()) | frozenset(LIBM.values()) | frozenset(f + "f" for f in LIBM.values())
-_C_MACRO_RE = re.compile(
-    r"_[A-Z_].*|SG_.*|Py.*|PY_.*|HAVE_.*|SIZEOF_.*|ALIGNOF_.*|FP_[A-Z0-9_]+|E[A-Z0-9]{2,}"
-    r"|M_(E|LOG2E|LOG10E|LN2|LN10|PI|PI_2|PI_4|1_PI|2_PI|2_SQRTPI|SQRT2|SQRT1_2)[a-z0-9]*"
-    r"|(U?INT(8|16|32|64|MAX|PTR)?|U?INT_(LEAST|FAST)(8|16|32|64)|SIZE|PTRDIFF|WCHAR|WINT|SIG_ATOMIC|S?CHAR"
-    r"|UCHAR|U?SHRT|U?LONG|U?LLONG|FLT|DBL|LDBL)_[A-Z0-9_]*")
-
-
-def c_safe(name: str) -> bool:
-    """False for an identifier that could be a macro or a function this file calls (see ``_C_MACROS``)."""
-    return name not in _C_MACROS and not _C_MACRO_RE.fullmatch(name)
-
-
-def _literal(value: float, dtype: DType) -> str:
-    """A typed C literal that round-trips: 17-digit double, shortest float32 with an F suffix."""
-    if value != value:
-        return "NAN"
-    if value in (float("inf"), float("-inf")):
-        return "INFINITY" if value > 0 else "-INFINITY"
-    if dtype.literal:
-        import numpy
-        f32 = numpy.float32(value)
-        if not numpy.isfinite(f32):
-            return "INFINITY" if value > 0 else "-INFINITY"
-        text = str(f32)
-    else:
-        text = repr(float(value))
-    if "e" not in text and "." not in text:
-        text += ".0"
-    return text + dtype.literal
 
 
 class SymgradCPrinter(C99CodePrinter):
@@ -175,16 +59,16 @@ class SymgradCPrinter(C99CodePrinter):
         return self.names.get(expr, expr.name)
 
     def _print_Integer(self, expr):
-        return _literal(float(expr), self.dtype)
+        return literal(float(expr), self.dtype)
 
     def _print_Rational(self, expr):
-        return _literal(float(expr), self.dtype)
+        return literal(float(expr), self.dtype)
 
     def _print_Float(self, expr):
-        return _literal(float(expr), self.dtype)
+        return literal(float(expr), self.dtype)
 
     def _print_NumberSymbol(self, expr):
-        return _literal(float(expr.evalf(30)), self.dtype)
+        return literal(float(expr.evalf(30)), self.dtype)
 
     _print_Pi = _print_Exp1 = _print_NumberSymbol
 
@@ -216,7 +100,7 @@ class SymgradCPrinter(C99CodePrinter):
                 den.append(f.base if f.exp == -1 else sympy.Pow(f.base, -f.exp, evaluate=False))
             elif f is not sympy.S.One:
                 num.append(f)
-        text = "*".join(self._factor(f, strict=True) for f in num) or _literal(1.0, self.dtype)
+        text = "*".join(self._factor(f, strict=True) for f in num) or literal(1.0, self.dtype)
         if len(num) == 1 and sign and (num[0].is_Add or self._prints_as_product(num[0])):
             text = f"({text})" if not text.startswith("(") else text
         if len(den) == 1:
@@ -242,6 +126,8 @@ class SymgradCPrinter(C99CodePrinter):
         if not isinstance(expr, sympy.Pow):
             return False
         e = expr.exp
+        if e.is_Float and e == int(e):
+            e = sympy.Integer(int(e))
         if e.is_Integer:
             return 2 <= int(e) <= self.EXPAND_POW_MAX or -self.EXPAND_POW_MAX <= int(e) <= -1
         return e in (-sympy.S.Half, sympy.Rational(3, 2), sympy.Rational(-3, 2))
@@ -259,8 +145,10 @@ class SymgradCPrinter(C99CodePrinter):
 
     def _print_Pow(self, expr, rational=False):
         base, e = expr.args
+        if e.is_Float and e == int(e):
+            e = sympy.Integer(int(e))          # x**2.0 expands like x**2
         b = self.parenthesize(base, PRECEDENCE["Pow"])
-        one = _literal(1.0, self.dtype)
+        one = literal(1.0, self.dtype)
         sqrt = f"sqrt{self.dtype.libm}({self._print(base)})"
         if e.is_Integer and 1 <= abs(int(e)) <= self.EXPAND_POW_MAX:
             product = "*".join([b] * abs(int(e)))
@@ -380,7 +268,7 @@ class _Names:
 
 
 def _index(slot: Slot, k: int) -> str:
-    return "i" if not slot.shape else f"i*{slot.size} + {k}"
+    return "i" if slot.size == 1 else f"i*{slot.size} + {k}"
 
 
 class CEmitter:
@@ -419,7 +307,7 @@ class CEmitter:
                 lines.append(f"const {dtype.ctype} {names[a.target]} = {value};{note}")
         params = [f"const {dtype.ctype} *restrict {cname(s.name)}" for s in program.inputs]
         params += [f"{dtype.ctype} *restrict {cname(s.name)}" for s in program.outputs]
-        head = prototype(function_name(kernel, program, dtype), dtype.suffix, params)
+        head = prototype(function_name(kernel, program, dtype), params)
         body = "\n".join(f"        {line}" for line in lines)
         return (f"/* {program.name} of {_comment(kernel.name)} [{_comment(kernel.origin)}], {dtype.ctype} */\n"
                 f"{head}\n{{\n"
@@ -471,44 +359,10 @@ class CEmitter:
         return "\n".join(lines) + " */"
 
 
-LOOP_MACROS = """\
-/* SG_LOOP(min_n): with OpenMP (-fopenmp) the loop runs on all threads from min_n rows on, else it is a
-   vectorized serial loop (omp simd, honoured by -fopenmp-simd and ignored by a plain compile). */
-#define SG_PRAGMA(x) _Pragma(#x)
-#if defined(_OPENMP)
-#define SG_LOOP(min_n) SG_PRAGMA(omp parallel for simd if(parallel: n >= min_n) schedule(static))
-#else
-#define SG_LOOP(min_n) SG_PRAGMA(omp simd)
-#endif"""
-
-
-def vector_math_declarations(used: set[str]) -> str:
-    """``declare simd`` prototypes for the used libm functions, active when the build defines SG_LIBMVEC."""
-    lines = ["/* glibc's libmvec has SIMD versions of these; <math.h> declares them only under -ffast-math.",
-             "   The build defines SG_LIBMVEC (1: glibc >= 2.22, 2: >= 2.35) when a test compile linked them. */"]
-    for tier in (1, 2):
-        names = sorted(f for f in used if LIBMVEC_TIER.get(f) == tier)
-        if not names:
-            continue
-        lines.append(f"#if defined(SG_LIBMVEC) && SG_LIBMVEC >= {tier}")
-        for f in names:
-            for dtype in DTYPES:
-                args = ", ".join([dtype.ctype] * _ARITY.get(f, 1))
-                lines += ["#pragma omp declare simd notinbranch", f"{dtype.ctype} {f}{dtype.libm}({args});"]
-        lines.append("#endif")
-    return "\n".join(lines)
-
-
-def helper(name: str, dtype: DType) -> str:
-    lit = {k: _literal(v, dtype) for k, v in (("one", 1.0), ("zero", 0.0), ("half", 0.5),
-                                              ("ln2", 0.6931471805599453))}
-    return HELPERS[name][1].format(T=dtype.ctype, S=dtype.suffix, f=dtype.libm, **lit)
-
-
 def cdef(kernels: Sequence[Kernel]) -> str:
     """The cffi ``cdef`` of a module: one prototype per kernel, program and dtype."""
     return "\n".join(
-        prototype(function_name(k, p, d), d.suffix, [f"const {d.ctype} *"] * len(p.inputs)
+        prototype(function_name(k, p, d), [f"const {d.ctype} *"] * len(p.inputs)
                   + [f"{d.ctype} *"] * len(p.outputs)) + ";"
         for k in kernels for d in DTYPES for p in k.programs)
 

@@ -37,10 +37,39 @@ def inline_booleans(assigns: Assignments, results: list[sympy.Expr]) -> tuple[As
     return kept, [r.xreplace(subs) if subs else r for r in results]
 
 
+def hoist_piecewise(assigns: Assignments, results: list[sympy.Expr], names) -> tuple[Assignments, list[sympy.Expr]]:
+    """Give every Piecewise nested inside a larger expression its own temporary.
+
+    Local derivatives build conditions from their operands (``maximum(a, b)``: ``a > b``, ``Eq(a, b)``);
+    an operand that is a Piecewise would make SymPy fold it into the condition (exponential in the number
+    of branches, through ``simplify_logic`` and inequality solving). With Piecewise operands hoisted, every
+    operand a derivative rule sees is Piecewise-free."""
+    out: Assignments = []
+
+    def hoist(e: sympy.Basic, top: bool) -> sympy.Basic:
+        if e.is_Atom or not e.has(Piecewise):
+            return e
+        new = e.func(*[hoist(a, False) for a in e.args]) if not isinstance(e, Piecewise) else \
+            Piecewise(*[(hoist(v, False), c) for v, c in e.args])
+        if isinstance(new, Piecewise) and not top:
+            sym = next(names)
+            out.append((sym, new))
+            return sym
+        return new
+
+    for sym, expr in assigns:
+        expr = hoist(expr, True)
+        out.append((sym, expr))
+    reduced = [hoist(r, True) for r in results]
+    return out, reduced
+
+
 def straight_line(exprs: list[sympy.Expr], prefix: str) -> tuple[Assignments, list[sympy.Expr]]:
-    """One joint CSE (order='none': fast, and never the slow 'basic' optimizations)."""
-    temps, reduced = sympy.cse(exprs, symbols=fresh(prefix), order="none")
-    return inline_booleans(list(temps), list(reduced))
+    """One joint CSE (order='none': fast, and never the slow 'basic' optimizations), then every nested
+    Piecewise in a temporary of its own (see ``hoist_piecewise``)."""
+    names = fresh(prefix)
+    temps, reduced = sympy.cse(exprs, symbols=names, order="none")
+    return hoist_piecewise(*inline_booleans(list(temps), list(reduced)), names)
 
 
 def local_derivative(expr: sympy.Expr, wrt: Symbol, where: str) -> sympy.Expr:
@@ -72,7 +101,9 @@ def reverse_accumulate(body: Assignments, seeds: dict[Symbol, sympy.Expr], wrt: 
     selective: set[Symbol] = set()
     for sym, seed in seeds.items():
         terms[sym].append(seed)
-    adjoint_names = fresh("_adj")
+    # adjoint names are unique per seed set: lower() runs one pass per output for the Jacobian and joins
+    # them into one program, where two passes' `_adj0` would be the same SymPy symbol
+    adjoint_names = fresh("_adj" + "".join(sorted(str(s) for s in seeds)) + "_")
     assigns: Assignments = []
     for sym, expr in reversed(body):
         if not terms.get(sym):
@@ -105,6 +136,7 @@ def forward_accumulate(body: Assignments, tangents: dict[Symbol, sympy.Expr], wh
     computed one, so an untaken branch's infinite tangent never becomes ``0 * inf``."""
     tangent: dict[Symbol, sympy.Expr] = dict(tangents)
     names = fresh("_tan")
+    local_names = fresh("_dloc")
     assigns: Assignments = []
     for sym, expr in body:
         terms = []
@@ -115,9 +147,14 @@ def forward_accumulate(body: Assignments, tangents: dict[Symbol, sympy.Expr], wh
             d = local_derivative(expr, arg, where)
             if d == 0:
                 continue
-            term = d * dt
             if arg not in tangents and d.has(Piecewise):
-                term = Piecewise((0, Eq(d, 0)), (term, True))
+                # guard on a temporary: a condition Eq(<Piecewise>, 0) makes SymPy fold the Piecewise
+                # into the condition (exponential in the number of branches, and it calls simplify)
+                local = next(local_names)
+                assigns.append((local, d))
+                term = Piecewise((0, Eq(local, 0)), (local * dt, True))
+            else:
+                term = d * dt
             terms.append(term)
         total = sympy.Add(*terms)
         if total.is_Atom:

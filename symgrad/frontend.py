@@ -101,7 +101,9 @@ def _as_output(value: Any, fname: str, index: str) -> OutSpec:
 
 
 def _as_scalar(value: Any, fname: str, index: str) -> sympy.Expr:
-    if isinstance(value, bool) or isinstance(value, sympy.logic.boolalg.Boolean):
+    # a Symbol is also a sympy Boolean: only non-Expr Booleans (relations, And, true) are conditions
+    if isinstance(value, bool) or (isinstance(value, sympy.logic.boolalg.Boolean)
+                                   and not isinstance(value, sympy.Expr)):
         raise ModelError(f"{fname}: returned a boolean{index} ({value}); return a number-valued expression "
                          "(sg.where(cond, 1.0, 0.0) for an indicator)")
     if isinstance(value, (int, float)):
@@ -160,12 +162,14 @@ class SymbolicFunction:
         limit = int(os.environ.get("SYMGRAD_MAX_OPS", "200000"))
         for out in outputs:
             for e in out.exprs:
+                # size first: it stops after `limit` nodes, while free_symbols walks the whole tree, which is
+                # exponential in the depth of a DAG such as e = sin(e) + cos(e) repeated
+                _check_size(e, self.name, limit)
                 stray = e.free_symbols - allowed
                 if stray:
                     names = ", ".join(sorted(map(str, stray)))
                     raise ModelError(f"{self.name}: the result uses symbol(s) {names} that are not arguments "
                                      "of the function; make them parameters (or Python constants)")
-                _check_size(e, self.name, limit)
         return Spec(self.name, tuple(args), outputs, returns_tuple, self.origin, inspect.getdoc(self.fn) or "")
 
     def _call_body(self, values: list) -> Any:

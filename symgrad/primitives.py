@@ -20,7 +20,10 @@ class _Primitive(sympy.Function):
 
     def _eval_evalf(self, prec):
         # every subclass defines _elementary(): its formula in exp/log, evaluated at the requested precision
-        return self._elementary()._eval_evalf(prec)
+        try:
+            return self._elementary()._eval_evalf(prec)
+        except (TypeError, ValueError):   # e.g. Max(nan, 1) ("not comparable"): leave it unevaluated
+            return None
 
 
 class sigmoid(_Primitive):

@@ -89,13 +89,6 @@ class Node:
     def __repr__(self) -> str:
         return f"<{self.name} object at {id(self):#x}>"
 
-    def _release(self) -> None:
-        saved = self.saved
-        if type(saved) is tuple:
-            self.saved = FREED
-        elif saved is not None and saved is not FREED:
-            saved._release()
-
 
 class _Handle:
     """What ``register_hook`` returns; ``remove()`` unregisters the hook."""
@@ -162,12 +155,11 @@ def run_backward(roots: Sequence, seeds: Sequence, retain_graph: bool, create_gr
     """Propagate ``seeds`` from ``roots``; accumulate into leaves' ``.grad``, or return the gradients of
     ``capture`` (in order, None where unreached) without touching ``.grad``."""
     graph = create_graph
-    buffers: dict = {}
+    buffers: dict = {}  # node -> gradient per output
     leaves: dict = {}   # id -> [tensor, gradient]
-    wanted = None if capture is None else {id(t) for t in capture}
     captured: dict = {}
     for r, s in zip(roots, seeds):
-        _deliver(r, s, buffers, leaves, graph)
+        _deliver(r, s, buffers, leaves)
     order = _toposort([r.grad_fn for r in roots if r.grad_fn is not None])
     prev = mode.enabled
     mode.enabled = graph
@@ -180,27 +172,38 @@ def run_backward(roots: Sequence, seeds: Sequence, retain_graph: bool, create_gr
                 grads = [_zeros(meta, graph) if g is None else g for g, meta in zip(grads, node.outs)]
             if node.hooks:
                 grads = [_run_hooks(node.hooks, i, g, graph) for i, g in enumerate(grads)]
-            if wanted is not None:
+            if capture is not None:
                 captured[node] = grads
-            if node.saved is FREED:
+            saved = node.saved
+            if saved is FREED:
                 raise RuntimeError(_SECOND_BACKWARD)
             in_grads = node.backward(node, grads, graph)
-            if not retain_graph:
-                node._release()
+            if not retain_graph and saved is not None:
+                if type(saved) is tuple:
+                    node.saved = FREED
+                else:
+                    saved._release()
             for inp, g in zip(node.inputs, in_grads):
-                if inp is not None and g is not None:
-                    _deliver(inp, g, buffers, leaves, graph)
+                if inp is None or g is None:
+                    continue
+                parent = inp.grad_fn
+                buf = buffers.get(parent) if parent is not None else None
+                if buf is None:
+                    _deliver(inp, g, buffers, leaves)
+                else:
+                    i = inp._oi
+                    buf[i] = g if buf[i] is None else buf[i] + g
+        if capture is not None:
+            return [_captured(t, leaves, captured) for t in capture]
+        given = {id(s) for s in seeds}   # arrays someone else holds are copied before being kept
+        for leaf, g in leaves.values():
+            _accumulate(leaf, g, graph, given)
+        return None
     finally:
         mode.enabled = prev
-    if capture is not None:
-        return [_captured(t, leaves, captured) for t in capture]
-    given = {id(s) for s in seeds}   # arrays already owned by someone are copied before being kept
-    for leaf, g in leaves.values():
-        _accumulate(leaf, g, graph, given)
-    return None
 
 
-def _deliver(t: Any, g: Any, buffers: dict, leaves: dict, graph: bool) -> None:
+def _deliver(t: Any, g: Any, buffers: dict, leaves: dict) -> None:
     node = t.grad_fn
     if node is None:
         entry = leaves.get(id(t))

@@ -14,13 +14,13 @@ from ..errors import ArgumentError
 from .autograd import Node, mode
 from .tensor import Tensor, _result
 
-_names: dict[str, str] = {}
+_names: dict[Any, str] = {}
 
 
 def _node_name(fn: Any) -> str:
-    name = _names.get(fn.name)
+    name = _names.get(fn)
     if name is None:
-        name = _names[fn.name] = "".join(p.capitalize() for p in fn.name.split("_")) + "Backward"
+        name = _names[fn] = "".join(p.capitalize() for p in fn.name.split("_")) + "Backward"
     return name
 
 
@@ -47,12 +47,14 @@ def apply_compiled(fn: Any, args: tuple) -> Tensor | tuple[Tensor, ...]:
     if not (need and mode.enabled):
         if fn.n_outputs == 1:
             return _result(outs[0])
-        return tuple(_result(o) for o in outs)
-    node = Node(_vjp_backward, tuple(inputs), tuple(arrays), fn, _node_name(fn),
-                tuple((o.shape, o.dtype) for o in outs))
+        return tuple([_result(o) for o in outs])
     if fn.n_outputs == 1:
-        return _result(outs[0], node, 0)
-    return tuple(_result(o, node, i) for i, o in enumerate(outs))
+        out = outs[0]
+        node = Node(_vjp_backward, tuple(inputs), tuple(arrays), fn, _node_name(fn), ((out.shape, out.dtype),))
+        return _result(out, node, 0)
+    node = Node(_vjp_backward, tuple(inputs), tuple(arrays), fn, _node_name(fn),
+                tuple([(o.shape, o.dtype) for o in outs]))
+    return tuple([_result(o, node, i) for i, o in enumerate(outs)])
 
 
 def _vjp_backward(node: Node, grads: list, graph: bool) -> tuple:

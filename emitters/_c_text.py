@@ -1,0 +1,173 @@
+"""The fixed C text of the C target: dtypes, libm names, the stable-primitive helpers, loop macros, the
+``declare simd`` block for libmvec, and which identifiers are unsafe in C (macros, called functions).
+
+Kept apart from ``emitters/c.py`` (the printer and emitter) so that each file stays readable.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from symgrad.build_c import C_TYPES
+
+
+@dataclass(frozen=True)
+class DType:
+    """How one float type is spelled in C."""
+
+    suffix: str       # function-name suffix: 'f64' / 'f32'
+    ctype: str        # 'double' / 'float'
+    libm: str         # libm name suffix: '' / 'f' (expf)
+    literal: str      # literal suffix: '' / 'F'
+
+
+DTYPES = (DType("f64", "double", "", ""), DType("f32", "float", "f", "F"))
+if tuple(d.ctype for d in DTYPES) != tuple(C_TYPES[d.suffix] for d in DTYPES):   # the backend's view
+    raise ImportError("emitters/_c_text.py and symgrad/build_c.py disagree on the C types")
+
+#: SymPy function class name -> libm name (double version; the float one adds 'f').
+LIBM = {
+    "exp": "exp", "log": "log", "sin": "sin", "tan": "tan", "asin": "asin", "acos": "acos",
+    "atan": "atan", "atan2": "atan2", "sinh": "sinh", "cosh": "cosh", "tanh": "tanh", "asinh": "asinh",
+    "acosh": "acosh", "atanh": "atanh", "erf": "erf", "erfc": "erfc", "log1p": "log1p", "expm1": "expm1",
+    "floor": "floor", "ceiling": "ceil", "Abs": "fabs",
+}
+#: libm functions glibc's libmvec vectorizes: tier 1 since glibc 2.22, tier 2 since 2.35.
+LIBMVEC_TIER = {"exp": 1, "log": 1, "sin": 1, "cos": 1, "pow": 1,
+                **{f: 2 for f in ("tan", "asin", "acos", "atan", "atan2", "sinh", "cosh", "tanh", "asinh",
+                                  "acosh", "atanh", "erf", "erfc", "log1p", "expm1")}}
+_ARITY = {"atan2": 2, "pow": 2}
+
+#: The stable primitives, as helper templates: (libm functions they call, C text).
+#: {T} type, {S} dtype suffix, {f} libm suffix, {one}/{zero}/{half}/{ln2} typed literals.
+HELPERS = {
+    "sigmoid": (("exp",), """\
+/* sigmoid(x) = 1/(1 + exp(-x)), branching on the sign so that exp never overflows */
+static inline {T} sg_sigmoid_{S}({T} x)
+{{
+    const {T} e = exp{f}(-fabs{f}(x));
+    return x >= {zero} ? {one}/({one} + e) : e/({one} + e);
+}}"""),
+    "softplus": (("exp", "log1p"), """\
+/* softplus(x) = log(1 + exp(x)) = max(x, 0) + log1p(exp(-|x|)), finite for every finite x */
+static inline {T} sg_softplus_{S}({T} x)
+{{
+    return (x > {zero} ? x : {zero}) + log1p{f}(exp{f}(-fabs{f}(x)));
+}}"""),
+    "logsigmoid": (("exp", "log1p"), """\
+/* logsigmoid(x) = -softplus(-x) = min(x, 0) - log1p(exp(-|x|)) */
+static inline {T} sg_logsigmoid_{S}({T} x)
+{{
+    return (x < {zero} ? x : {zero}) - log1p{f}(exp{f}(-fabs{f}(x)));
+}}"""),
+    "logaddexp": (("exp", "log1p"), """\
+/* logaddexp(a, b) = log(exp(a) + exp(b)) = max(a, b) + log1p(exp(-|a - b|)); exact for equal infinities */
+static inline {T} sg_logaddexp_{S}({T} a, {T} b)
+{{
+    const {T} m = a > b ? a : b;
+    return a == b ? a + {ln2} : m + log1p{f}(exp{f}(-fabs{f}(a - b)));
+}}"""),
+    "xlogy": (("log",), """\
+/* xlogy(x, y) = x*log(y), and 0 where x == 0 */
+static inline {T} sg_xlogy_{S}({T} x, {T} y)
+{{
+    return x == {zero} ? {zero} : x*log{f}(y);
+}}"""),
+    "maximum": ((), """\
+/* maximum(a, b), NaN if either is NaN (as torch.maximum; fmax would drop the NaN) */
+static inline {T} sg_maximum_{S}({T} a, {T} b)
+{{
+    return (a > b || a != a) ? a : b;
+}}"""),
+    "minimum": ((), """\
+/* minimum(a, b), NaN if either is NaN */
+static inline {T} sg_minimum_{S}({T} a, {T} b)
+{{
+    return (a < b || a != a) ? a : b;
+}}"""),
+    "cos": (("cos",), """\
+/* cos(x) as cos(x + 0): otherwise gcc fuses sin(x) and cos(x) into sincos(), which has no vector version
+   and stops the loop from vectorizing (x + 0 only turns -0 into +0, and cos is even) */
+static inline {T} sg_cos_{S}({T} x)
+{{
+    return cos{f}(x + {zero});
+}}"""),
+    "sign": ((), """\
+/* sign(x): -1, 0 or 1; NaN for NaN (as numpy.sign) */
+static inline {T} sg_sign_{S}({T} x)
+{{
+    return x > {zero} ? {one} : (x < {zero} ? -{one} : (x == x ? {zero} : x));
+}}"""),
+}
+
+#: Object-like macros that <math.h>, <stdint.h> or Python.h (cffi builds include it first) may define, and
+#: the names this file calls or defines: an identifier equal to one of them gets a trailing '_' in C.
+_C_MACROS = frozenset("""
+INFINITY NAN HUGE_VAL HUGE_VALF HUGE_VALL MATH_ERRNO MATH_ERREXCEPT math_errhandling DOMAIN SING OVERFLOW
+UNDERFLOW TLOSS PLOSS X_TLOSS EOF BUFSIZ FILENAME_MAX FOPEN_MAX TMP_MAX L_tmpnam stdin stdout stderr SEEK_SET
+SEEK_CUR SEEK_END EXIT_SUCCESS EXIT_FAILURE RAND_MAX MB_CUR_MAX NULL CHAR_BIT MB_LEN_MAX linux unix i386 i686
+errno sqrt sqrtf pow powf fabs fabsf cbrt cbrtf cos cosf
+""".split()) | frozenset(LIBM.values()) | frozenset(f + "f" for f in LIBM.values())
+_C_MACRO_RE = re.compile(
+    r"_[A-Z_].*|SG_.*|Py.*|PY_.*|HAVE_.*|SIZEOF_.*|ALIGNOF_.*|FP_[A-Z0-9_]+|E[A-Z0-9]{2,}"
+    r"|M_(E|LOG2E|LOG10E|LN2|LN10|PI|PI_2|PI_4|1_PI|2_PI|2_SQRTPI|SQRT2|SQRT1_2)[a-z0-9]*"
+    r"|(U?INT(8|16|32|64|MAX|PTR)?|U?INT_(LEAST|FAST)(8|16|32|64)|SIZE|PTRDIFF|WCHAR|WINT|SIG_ATOMIC|S?CHAR"
+    r"|UCHAR|U?SHRT|U?LONG|U?LLONG|FLT|DBL|LDBL)_[A-Z0-9_]*")
+
+
+def c_safe(name: str) -> bool:
+    """False for an identifier that could be a macro or a function this file calls (see ``_C_MACROS``)."""
+    return name not in _C_MACROS and not _C_MACRO_RE.fullmatch(name)
+
+
+def literal(value: float, dtype: DType) -> str:
+    """A typed C literal that round-trips: 17-digit double, shortest float32 with an F suffix."""
+    if value != value:
+        return "NAN"
+    if value in (float("inf"), float("-inf")):
+        return "INFINITY" if value > 0 else "-INFINITY"
+    if dtype.literal:
+        import numpy
+        f32 = numpy.float32(value)
+        if not numpy.isfinite(f32):
+            return "INFINITY" if value > 0 else "-INFINITY"
+        text = str(f32)
+    else:
+        text = repr(float(value))
+    if "e" not in text and "." not in text:
+        text += ".0"
+    return text + dtype.literal
+
+
+LOOP_MACROS = """\
+/* SG_LOOP(min_n): with OpenMP (-fopenmp) the loop runs on all threads from min_n rows on, else it is a
+   vectorized serial loop (omp simd, honoured by -fopenmp-simd and ignored by a plain compile). */
+#define SG_PRAGMA(x) _Pragma(#x)
+#if defined(_OPENMP)
+#define SG_LOOP(min_n) SG_PRAGMA(omp parallel for simd if(parallel: n >= min_n) schedule(static))
+#else
+#define SG_LOOP(min_n) SG_PRAGMA(omp simd)
+#endif"""
+
+
+def vector_math_declarations(used: set[str]) -> str:
+    """``declare simd`` prototypes for the used libm functions, active when the build defines SG_LIBMVEC."""
+    lines = ["/* glibc's libmvec has SIMD versions of these; <math.h> declares them only under -ffast-math.",
+             "   The build defines SG_LIBMVEC (1: glibc >= 2.22, 2: >= 2.35) when a test compile linked them. */"]
+    for tier in (1, 2):
+        names = sorted(f for f in used if LIBMVEC_TIER.get(f) == tier)
+        if not names:
+            continue
+        lines.append(f"#if defined(SG_LIBMVEC) && SG_LIBMVEC >= {tier}")
+        for f in names:
+            for dtype in DTYPES:
+                args = ", ".join([dtype.ctype] * _ARITY.get(f, 1))
+                lines += ["#pragma omp declare simd notinbranch", f"{dtype.ctype} {f}{dtype.libm}({args});"]
+        lines.append("#endif")
+    return "\n".join(lines)
+
+
+def helper(name: str, dtype: DType) -> str:
+    lit = {k: literal(v, dtype) for k, v in (("one", 1.0), ("zero", 0.0), ("half", 0.5),
+                                              ("ln2", 0.6931471805599453))}
+    return HELPERS[name][1].format(T=dtype.ctype, S=dtype.suffix, f=dtype.libm, **lit)

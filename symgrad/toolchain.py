@@ -1,0 +1,238 @@
+"""The C toolchain, probed once per machine: which compiler, and do ``-march=native``, ``-fopenmp`` and
+glibc's libmvec work with it?
+
+Each feature is tried with a test compile (and a load, so missing libraries show up); whatever fails is left
+out of the flags. The result is cached as ``<cache>/c/.toolchain-<id>.json``, keyed by the compiler binary,
+the CPU, the Python headers and the environment switches, so later processes pay only a ``stat``.
+
+Environment: ``CC`` (compiler command), ``SYMGRAD_CFLAGS`` (extra flags), ``SYMGRAD_NATIVE=0`` (no
+``-march=native``), ``SYMGRAD_OPENMP=0`` (no threads), ``SYMGRAD_DEBUG=2`` (print every compiler command).
+This module must not import SymPy.
+"""
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tempfile
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from .backends import BackendUnavailable
+from .cache import cache_root
+
+#: Bump when the probe or the base flags change.
+PROBE_VERSION = "1"
+BASE_FLAGS = ("-O3", "-fPIC", "-fno-math-errno", "-fno-trapping-math", "-ffp-contract=off", "-fopenmp-simd")
+
+
+class CompilerUnavailable(BackendUnavailable):
+    """No working C compiler (or no Python headers) here: the C backend cannot build anything."""
+
+
+@dataclass(frozen=True)
+class Toolchain:
+    cc: tuple[str, ...]          # compiler command (from $CC, else cc/gcc/clang)
+    version: str                 # first line of `cc --version`
+    target: str                  # what -march=native expands to ('' when not used)
+    flags: tuple[str, ...]       # compile flags
+    libs: tuple[str, ...]        # link flags
+    openmp: bool
+    libmvec: int                 # 0, 1 (glibc >= 2.22 set) or 2 (glibc >= 2.35 set)
+
+    def identity(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True)
+
+
+_toolchain: tuple[str, Toolchain] | None = None    # (probe id, toolchain) of this process
+_unusable: dict[str, CompilerUnavailable] = {}      # probe id -> why it failed, in this process
+
+
+def debug(level: int) -> bool:
+    try:
+        return int(os.environ.get("SYMGRAD_DEBUG", "0")) >= level
+    except ValueError:
+        return False
+
+
+def _compiler_command() -> list[str]:
+    env = os.environ.get("CC")
+    if env:
+        cmd = shlex.split(env)
+        if not cmd or shutil.which(cmd[0]) is None:
+            raise CompilerUnavailable(f"CC={env!r} is not an executable compiler")
+        return [shutil.which(cmd[0]), *cmd[1:]]
+    for name in ("cc", "gcc", "clang"):
+        path = shutil.which(name)
+        if path:
+            return [path]
+    raise CompilerUnavailable("no C compiler found (install gcc, or set CC)")
+
+
+@functools.lru_cache(maxsize=None)
+def _cpu_id() -> str:
+    """The CPU model and feature flags: part of the key when -march=native is used."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            info = f.read(65536)
+        keep = [line for line in info.splitlines() if line.split(":")[0].strip() in ("model name", "flags",
+                                                                                     "Features", "CPU part")]
+        return "\n".join(dict.fromkeys(keep))
+    except OSError:
+        import platform
+        return f"{platform.machine()} {platform.processor()}"
+
+
+def cache_dir() -> Path:
+    path = cache_root() / "c"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def run_command(cmd: list[str], cwd: Path | None = None) -> subprocess.CompletedProcess:
+    debug_command(cmd)
+    return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, errors="replace")
+
+
+def debug_command(cmd: list[str]) -> None:
+    if debug(2):
+        print("symgrad: " + " ".join(shlex.quote(str(c)) for c in cmd), file=sys.stderr)
+
+
+def toolchain() -> Toolchain:
+    """The probed toolchain; probing runs once per machine and compiler (cached on disk)."""
+    global _toolchain
+    cc = _compiler_command()
+    extra = tuple(shlex.split(os.environ.get("SYMGRAD_CFLAGS", "")))
+    st = os.stat(cc[0])
+    probe_id = hashlib.sha256(json.dumps(
+        [PROBE_VERSION, cc, st.st_size, st.st_mtime_ns, extra, _cpu_id(), sysconfig.get_paths()["include"],
+         os.environ.get("SYMGRAD_OPENMP", "1"), os.environ.get("SYMGRAD_NATIVE", "1")]).encode()).hexdigest()[:24]
+    if _toolchain is not None and _toolchain[0] == probe_id:
+        return _toolchain[1]
+    if probe_id in _unusable:             # probed in this process and failed: do not pay for it again
+        raise _unusable[probe_id]
+    cache_file = cache_dir() / f".toolchain-{probe_id}.json"
+    try:
+        data = json.loads(cache_file.read_text())
+        tc = Toolchain(**{k: tuple(v) if isinstance(v, list) else v for k, v in data.items()})
+    except (OSError, ValueError, TypeError):
+        try:
+            tc = _probe(cc, extra)
+        except CompilerUnavailable as exc:
+            _unusable[probe_id] = exc
+            raise
+        _atomic_write(cache_file, json.dumps(asdict(tc), indent=1))
+    _toolchain = (probe_id, tc)
+    return tc
+
+
+def forget_toolchain() -> None:
+    """Probe again on the next ``toolchain()`` call (after the cache was cleared)."""
+    global _toolchain
+    _toolchain = None
+    _unusable.clear()
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+_PROBE_PLAIN = "int sg_probe(void) { return 1; }\n"
+_PROBE_OPENMP = """
+#include <omp.h>
+int sg_probe(void) { int s = 0;
+#pragma omp parallel for reduction(+:s)
+  for (int i = 0; i < 100; ++i) s += i;
+  return s + 0 * omp_get_max_threads(); }
+"""
+
+
+def _libmvec_source(tier: int) -> str:
+    """One ``omp simd`` loop per libmvec function of ``tier``, calling it through a declare-simd prototype."""
+    funcs = ["exp", "log", "sin", "cos", "pow"]
+    if tier >= 2:
+        funcs += ["tan", "asin", "acos", "atan", "atan2", "sinh", "cosh", "tanh", "asinh", "acosh", "atanh",
+                  "erf", "erfc", "log1p", "expm1"]
+    lines = ["#include <math.h>", "#include <stdint.h>"]
+    for f in funcs:
+        two = f in ("pow", "atan2")
+        for t, s in (("double", ""), ("float", "f")):
+            lines += ["#pragma omp declare simd notinbranch", f"{t} {f}{s}({t}{', ' + t if two else ''});"]
+            call = f"{f}{s}(x[i], x[i])" if two else f"{f}{s}(x[i])"
+            lines += [f"void probe_{f}{s}(int64_t n, const {t} *restrict x, {t} *restrict y) {{",
+                      "#pragma omp simd", f"  for (int64_t i = 0; i < n; ++i) y[i] = {call};", "}"]
+    return "\n".join(lines) + "\n"
+
+
+def _try_shared(cc: list[str], flags: list[str], libs: list[str], source: str, tmp: Path, name: str
+                ) -> tuple[bool, str, Path]:
+    src = tmp / f"{name}.c"
+    out = tmp / f"{name}.so"
+    src.write_text(source)
+    r = run_command([*cc, *flags, "-shared", "-o", str(out), str(src), *libs])
+    if r.returncode != 0:
+        return False, r.stderr, out
+    import ctypes
+    try:
+        ctypes.CDLL(str(out))     # RTLD_NOW: every symbol (libgomp, libmvec variants) must resolve
+    except OSError as exc:
+        return False, str(exc), out
+    return True, "", out
+
+
+def _probe(cc: list[str], extra: tuple[str, ...]) -> Toolchain:
+    r = run_command([*cc, "--version"])
+    if r.returncode != 0:
+        raise CompilerUnavailable(f"{cc[0]} --version failed: {r.stderr.strip()[:300]}")
+    version = (r.stdout.splitlines() or ["?"])[0]
+    include = Path(sysconfig.get_paths()["include"])
+    if not (include / "Python.h").exists():
+        raise CompilerUnavailable(f"Python headers not found ({include}/Python.h); install python3-dev")
+    flags = [*BASE_FLAGS]
+    with tempfile.TemporaryDirectory(prefix="symgrad-probe-") as d:
+        tmp = Path(d)
+        ok, err, _ = _try_shared(cc, flags, ["-lm"], _PROBE_PLAIN, tmp, "base")
+        if not ok:                        # a compiler without some of the base flags: plain -O2
+            flags = ["-O2", "-fPIC"]
+            ok, _, _ = _try_shared(cc, flags, ["-lm"], _PROBE_PLAIN, tmp, "plain")
+            if not ok:
+                raise CompilerUnavailable(f"{cc[0]} cannot build a shared library: {err.strip()[:500]}")
+        target = ""
+        if os.environ.get("SYMGRAD_NATIVE", "1") != "0":
+            r = run_command([*cc, "-march=native", "-###", "-E", "-x", "c", os.devnull])
+            lines = [line for line in r.stderr.splitlines() if "cc1" in line and "march" in line]
+            if r.returncode == 0 and lines:
+                target = lines[0].strip()      # cc1 with every -m option -march=native expands to
+                ok, _, _ = _try_shared(cc, [*flags, "-march=native"], ["-lm"], _PROBE_PLAIN, tmp, "native")
+                if ok:
+                    flags.append("-march=native")
+                else:
+                    target = ""
+        flags += list(extra)
+        openmp = False
+        if os.environ.get("SYMGRAD_OPENMP", "1") != "0":
+            openmp, _, _ = _try_shared(cc, [*flags, "-fopenmp"], ["-lm"], _PROBE_OPENMP, tmp, "openmp")
+            if openmp:
+                flags.append("-fopenmp")
+        libmvec = 0
+        for tier in (2, 1):
+            source = _libmvec_source(tier)
+            ok, _, so = _try_shared(cc, flags, ["-lmvec", "-lm"], source, tmp, f"mvec{tier}")
+            if ok and b"_ZGV" in so.read_bytes():
+                libmvec = tier
+                break
+    libs = ["-lmvec", "-lm"] if libmvec else ["-lm"]
+    if libmvec:
+        flags.append(f"-DSG_LIBMVEC={libmvec}")
+    return Toolchain(cc=tuple(cc), version=version, target=target, flags=tuple(flags), libs=tuple(libs),
+                     openmp=openmp, libmvec=libmvec)

@@ -1,0 +1,295 @@
+"""The C build cache and backend: keys, concurrent builds, broken entries, compiler errors, no compiler,
+and the ``run`` contract (materialization, dtype checks, fresh outputs)."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from symgrad import build_c
+from symgrad.backends import BackendUnavailable
+from symgrad.errors import CompileError
+
+ROOT = Path(__file__).resolve().parents[1]
+
+try:
+    TOOLCHAIN = build_c.toolchain()
+except build_c.CompilerUnavailable as exc:  # pragma: no cover - machines without a compiler
+    pytest.skip(f"no C toolchain: {exc}", allow_module_level=True)
+
+CDEF = "void twice__forward_f64(int64_t, const double *, double *);"
+
+
+def source(salt: float) -> str:
+    """A tiny hand-written kernel file; ``salt`` makes a distinct cache key per test."""
+    return textwrap.dedent(f"""\
+        #include <stdint.h>
+        void twice__forward_f64(int64_t n, const double *restrict x, double *restrict out)
+        {{
+            for (int64_t i = 0; i < n; ++i) out[i] = 2.0*x[i] + {salt!r};
+        }}
+        """)
+
+
+CHILD = """
+import os, sys, time
+import numpy as np
+from symgrad import build_c
+start = os.environ.get("SG_TEST_START")
+while start and not os.path.exists(start):
+    time.sleep(0.001)
+m = build_c.load(sys.argv[1], sys.argv[2], label="child")
+x = np.arange(4.0); out = np.empty(4)
+m.lib.twice__forward_f64(4, m.ffi.from_buffer("double[]", x), m.ffi.from_buffer("double[]", out))
+print(out.tolist())
+"""
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    """A private cache directory, seeded with this machine's toolchain probe (probing takes ~1 s)."""
+    shared = build_c.cache_root() / "c"
+    root = tmp_path / "cache"
+    (root / "c").mkdir(parents=True)
+    for probe in shared.glob(".toolchain-*.json"):
+        shutil.copy(probe, root / "c" / probe.name)
+    monkeypatch.setenv("SYMGRAD_CACHE_DIR", str(root))
+    return root / "c"
+
+
+def child_env(extra: dict | None = None) -> dict:
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    env.update(extra or {})
+    return env
+
+
+def run_child(src: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", CHILD, src, CDEF], capture_output=True, text=True,
+                          env=child_env(env), timeout=300)
+
+
+def entries(cdir: Path) -> list[Path]:
+    return [p for p in cdir.iterdir() if p.is_dir() and (p / "build.json").exists()]
+
+
+# -- keys and warm loads ----------------------------------------------------------------------------------
+
+def test_key_covers_source_cdef_and_toolchain():
+    key = build_c.build_key(source(1.0), CDEF, TOOLCHAIN)
+    assert key == build_c.build_key(source(1.0), CDEF, TOOLCHAIN)
+    assert key != build_c.build_key(source(2.0), CDEF, TOOLCHAIN)
+    assert key != build_c.build_key(source(1.0), CDEF + "\n", TOOLCHAIN)
+    assert key != build_c.build_key(source(1.0), CDEF, replace(TOOLCHAIN, flags=TOOLCHAIN.flags + ("-O1",)))
+    assert key != build_c.build_key(source(1.0), CDEF, replace(TOOLCHAIN, version="gcc 99"))
+    assert key != build_c.build_key(source(1.0), CDEF, replace(TOOLCHAIN, target="-march=other"))
+    assert build_c.module_name(key) == f"_sg_{key[:16]}"
+
+
+def test_never_fast_math():
+    assert not any("fast-math" in f for f in TOOLCHAIN.flags)
+    assert "-fno-math-errno" in TOOLCHAIN.flags and "-fno-trapping-math" in TOOLCHAIN.flags
+
+
+def test_build_then_warm_load(cache):
+    src = source(3.0)
+    m = build_c.load(src, CDEF, label="t")
+    x, out = np.arange(3.0), np.empty(3)
+    m.lib.twice__forward_f64(3, m.ffi.from_buffer("double[]", x), m.ffi.from_buffer("double[]", out))
+    assert out.tolist() == [3.0, 5.0, 7.0]
+    assert build_c.load(src, CDEF) is m                      # same process: the loaded module
+    (entry,) = entries(cache)
+    stamp = (entry / "build.json").stat().st_mtime_ns
+    r = run_child(src)                                       # another process: a cache hit, no rebuild
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "[3.0, 5.0, 7.0, 9.0]"
+    assert (entry / "build.json").stat().st_mtime_ns == stamp and len(entries(cache)) == 1
+    assert not [p for p in cache.iterdir() if p.name.startswith(".tmp-")]
+
+
+def test_concurrent_builds_all_succeed(cache, tmp_path):
+    src = source(4.0)
+    start = tmp_path / "go"
+    procs = [subprocess.Popen([sys.executable, "-c", CHILD, src, CDEF], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, env=child_env({"SG_TEST_START": str(start)}))
+             for _ in range(4)]
+    time.sleep(1.0)               # let all four import and wait at the start line
+    start.write_text("go")
+    results = [p.communicate(timeout=300) for p in procs]
+    for p, (out, err) in zip(procs, results):
+        assert p.returncode == 0, err
+        assert out.strip() == "[4.0, 6.0, 8.0, 10.0]"
+    assert len(entries(cache)) == 1
+    assert not [p for p in cache.iterdir() if p.name.startswith(".tmp-")]
+
+
+def test_corrupted_entry_is_rebuilt(cache):
+    src = source(5.0)
+    assert run_child(src).returncode == 0
+    (entry,) = entries(cache)
+    so = next(entry.glob("_sg_*.so")) if list(entry.glob("_sg_*.so")) else next(entry.glob("_sg_*"))
+    good_size = so.stat().st_size
+    so.write_bytes(b"\x7fELF truncated")
+    r = run_child(src)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "[5.0, 7.0, 9.0, 11.0]"
+    (entry,) = entries(cache)
+    assert next(entry.glob(so.name)).stat().st_size == good_size
+
+
+# -- errors -------------------------------------------------------------------------------------------------
+
+def test_compile_error_names_file_and_shows_compiler_output(cache):
+    bad = source(6.0).replace("2.0*x[i]", "2.0*x[i] +* undefined_thing")
+    with pytest.raises(CompileError) as info:
+        build_c.load(bad, CDEF, label="broken_model.py")
+    message = str(info.value)
+    assert "broken_model.py" in message and "error" in message and "undefined_thing" in message
+    path = Path(message.split("generated C: ")[1].split()[0])
+    assert path.name == "kernels.c" and path.exists() and "undefined_thing" in path.read_text()
+    assert not entries(cache)
+
+
+def test_no_compiler_raises_backend_unavailable(monkeypatch):
+    monkeypatch.setenv("CC", "/nonexistent/cc")
+    with pytest.raises(build_c.CompilerUnavailable, match="nonexistent") as info:
+        build_c.load(source(7.0), CDEF)
+    assert isinstance(info.value, BackendUnavailable)
+
+
+def test_unusable_cache_dir_falls_back_with_one_warning(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    code = CHILD.replace("m = build_c.load", "import warnings\nwarnings.simplefilter('always')\nm = build_c.load")
+    code += "m = build_c.load(sys.argv[1].replace('8.0', '9.0'), sys.argv[2])\n"
+    r = subprocess.run([sys.executable, "-c", code, source(8.0), CDEF], capture_output=True, text=True,
+                       env=child_env({"SYMGRAD_CACHE_DIR": str(blocker / "sub")}), timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "[8.0, 10.0, 12.0, 14.0]"
+    assert r.stderr.count("not usable") == 1
+
+
+def test_debug_2_prints_compiler_commands(cache):
+    r = run_child(source(10.0), {"SYMGRAD_DEBUG": "2"})
+    assert r.returncode == 0, r.stderr
+    assert "symgrad: " in r.stderr and "-shared" in r.stderr and "kernels.c" in r.stderr
+
+
+def test_list_and_clear(cache):
+    build_c.load(source(11.0), CDEF)
+    build_c.load(source(12.0), CDEF)
+    listed = build_c.list_entries()
+    assert len(listed) == 2
+    for key, path, size, mtime in listed:
+        assert path.name == key and size > 1000 and mtime <= time.time() + 1
+    assert build_c.clear() == 2
+    assert build_c.list_entries() == []
+
+
+# -- the backend's run() contract -----------------------------------------------------------------------------
+
+MODEL = '''
+import symgrad as sg
+
+@sg.function
+def blend(x, y):
+    return sg.sin(x) * sg.exp(-y**2) + sg.log(1 + x**2 * y**2)
+
+@sg.function
+def norm3(p: sg.Vector(3), s):
+    return sg.sqrt(p[0]**2 + p[1]**2 + p[2]**2) * s
+'''
+
+
+@pytest.fixture(scope="module")
+def package(tmp_path_factory):
+    from symgrad.backends import Package
+    from symgrad.build import compile_model
+    d = tmp_path_factory.mktemp("model")
+    (d / "model.py").write_text(MODEL)
+    return Package(compile_model(d / "model.py").path)
+
+
+@pytest.fixture(scope="module")
+def kernels(package):
+    from symgrad.backends.c import CBackend
+    return CBackend().load(package)
+
+
+def test_backend_registered():
+    from symgrad import backends
+    assert "c" in backends.available()
+
+
+def test_run_matches_numpy_backend(package, kernels):
+    from symgrad.backends.numpy import NumPyBackend
+    ref = NumPyBackend().load(package)
+    rng = np.random.default_rng(0)
+    for dtype in (np.float64, np.float32):
+        x, y, g = (rng.normal(size=(5, 7)).astype(dtype) for _ in range(3))
+        got = kernels.program("blend", "value_and_vjp", dtype)((x, y, g), (5, 7))
+        want = ref.program("blend", "value_and_vjp", dtype)((x, y, g), (5, 7))
+        for a, b in zip(got, want):
+            assert a.dtype == dtype and a.shape == (5, 7)
+            np.testing.assert_allclose(a, b, rtol=1e-5 if dtype == np.float32 else 1e-12, atol=1e-6)
+
+
+def test_run_materializes_broadcast_and_strided_inputs(kernels):
+    run = kernels.program("blend", "value_and_vjp", np.float64)
+    x = np.linspace(-2, 2, 12).reshape(3, 4)
+    y = np.array([0.5, 1.0, 1.5, 2.0])                    # broadcast along the batch
+    g = 1.0                                               # a Python scalar
+    full = run((x, np.broadcast_to(y, (3, 4)).copy(), np.ones((3, 4))), (3, 4))
+    for a, b in zip(run((x, y, g), (3, 4)), full):
+        np.testing.assert_array_equal(a, b)
+    xt = np.asfortranarray(x)                             # not C-contiguous
+    for a, b in zip(run((xt, y[None, :], np.ones((1, 1))), (3, 4)), full):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_run_checks_dtype_instead_of_reinterpreting(kernels):
+    run64 = kernels.program("blend", "forward", np.float64)
+    x32 = np.linspace(-1, 1, 8, dtype=np.float32)         # from_buffer would read 4 doubles out of it
+    (out,) = run64((x32, np.ones(8)), (8,))
+    (ref,) = run64((x32.astype(np.float64), np.ones(8)), (8,))
+    np.testing.assert_array_equal(out, ref)
+    with pytest.raises(TypeError, match="float32 or float64"):
+        kernels.program("blend", "forward", np.int64)
+
+
+def test_run_vector_slots_and_fresh_outputs(kernels):
+    run = kernels.program("norm3", "value_and_vjp", np.float32)
+    p = np.array([[3.0, 4.0, 12.0], [1.0, 2.0, 2.0]], np.float32)
+    s = np.array([2.0, 3.0], np.float32)
+    g = np.ones(2, np.float32)
+    out, grad_p, grad_s = run((p, s, g), (2,))
+    np.testing.assert_allclose(out, [26.0, 9.0])
+    np.testing.assert_allclose(grad_p, p / np.array([[13.0], [3.0]]) * s[:, None], rtol=1e-6)
+    np.testing.assert_allclose(grad_s, [13.0, 3.0])
+    assert grad_p.shape == (2, 3) and grad_p.dtype == np.float32
+    for r in (out, grad_p, grad_s):
+        assert not any(np.shares_memory(r, a) for a in (p, s, g))
+
+
+def test_run_empty_and_scalar_batches(kernels):
+    run = kernels.program("blend", "value_and_vjp", np.float64)
+    outs = run((np.empty((0, 3)), np.empty((0, 3)), np.empty((0, 3))), (0, 3))
+    assert [o.shape for o in outs] == [(0, 3)] * 3
+    outs = run((np.float64(0.5), 2.0, 1.0), ())
+    assert [o.shape for o in outs] == [()] * 3
+    assert np.isclose(outs[0], np.sin(0.5) * np.exp(-4.0) + np.log(1 + 0.25 * 4.0))
+
+
+def test_set_num_threads(kernels):
+    from symgrad.backends import c
+    before = c.get_num_threads()
+    c.set_num_threads(1)
+    assert c.get_num_threads() == 1
+    c.set_num_threads(before)

@@ -1,0 +1,423 @@
+"""The C emitter: printer cases as inline strings, whole files that compile, and kernels that agree with a
+NumPy evaluation of the same IR (values, gradients, NaN/inf at the edges) in float64 and float32."""
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+import sympy
+from sympy import Piecewise
+
+import emitters
+import symgrad.frontend as fe
+import symgrad.functions as sg
+from emitters.c import DTYPES, CEmitter, SymgradCPrinter, c_safe, cdef
+from symgrad import build_c, npfuncs
+from symgrad.lower import lower
+from symgrad.primitives import logaddexp, maximum, minimum, sigmoid, softplus, xlogy
+
+F64, F32 = DTYPES
+x, y = sympy.symbols("x y", real=True)
+GCC = shutil.which("gcc") or shutil.which("cc")
+
+
+def c64(expr) -> str:
+    return SymgradCPrinter(F64).doprint(expr)
+
+
+def c32(expr) -> str:
+    return SymgradCPrinter(F32).doprint(expr)
+
+
+# -- printer ----------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("expr, f64, f32", [
+    (sympy.exp(x), "exp(x)", "expf(x)"),
+    (sympy.sin(x) * sympy.cos(x), "sin(x)*sg_cos_f64(x)", "sinf(x)*sg_cos_f32(x)"),
+    (sympy.log(x) + sympy.tanh(y), "log(x) + tanh(y)", "logf(x) + tanhf(y)"),
+    (sympy.atan2(y, x), "atan2(y, x)", "atan2f(y, x)"),
+    (sympy.Abs(x), "fabs(x)", "fabsf(x)"),
+    (sympy.floor(x), "floor(x)", "floorf(x)"),
+    (sympy.ceiling(x), "ceil(x)", "ceilf(x)"),
+    (sympy.erf(x), "erf(x)", "erff(x)"),
+    (x**2, "x*x", "x*x"),
+    (x**3, "x*x*x", "x*x*x"),
+    (x**-1, "1.0/x", "1.0F/x"),
+    (x**-2, "1.0/(x*x)", "1.0F/(x*x)"),
+    (y / x**3, "y/(x*x*x)", "y/(x*x*x)"),
+    (-2 * y / x**3, "-2.0*y/(x*x*x)", "-2.0F*y/(x*x*x)"),
+    (-(x**2), "-(x*x)", "-(x*x)"),
+    ((x + 1)**2, "(x + 1.0)*(x + 1.0)", "(x + 1.0F)*(x + 1.0F)"),
+    (sympy.sqrt(x), "sqrt(x)", "sqrtf(x)"),
+    (1 / sympy.sqrt(x), "1.0/sqrt(x)", "1.0F/sqrtf(x)"),
+    (y / x**sympy.Rational(3, 2), "y/(x*sqrt(x))", "y/(x*sqrtf(x))"),
+    (x**7, "pow(x, 7.0)", "powf(x, 7.0F)"),
+    (x**y, "pow(x, y)", "powf(x, y)"),
+    (x / 2, "0.5*x", "0.5F*x"),
+    (x / 3, "0.3333333333333333*x", "0.33333334F*x"),
+    (sympy.Float(0.1) * x, "0.1*x", "0.1F*x"),
+    (sympy.pi * x, "3.141592653589793*x", "3.1415927F*x"),
+    (sympy.E + x, "x + 2.718281828459045", "x + 2.7182817F"),
+    (sympy.sqrt(2) * x, "sqrt(2.0)*x", "sqrtf(2.0F)*x"),
+    (sg.where(x > 0, x, -sympy.oo), "(x > 0.0 ? x : -INFINITY)", "(x > 0.0F ? x : -INFINITY)"),
+    (sigmoid(x), "sg_sigmoid_f64(x)", "sg_sigmoid_f32(x)"),
+    (softplus(-x), "sg_softplus_f64(-x)", "sg_softplus_f32(-x)"),
+    (logaddexp(x, y), "sg_logaddexp_f64(x, y)", "sg_logaddexp_f32(x, y)"),
+    (maximum(x, 0), "sg_maximum_f64(x, 0.0)", "sg_maximum_f32(x, 0.0F)"),
+    (xlogy(x, y), "sg_xlogy_f64(x, y)", "sg_xlogy_f32(x, y)"),
+    (sympy.Max(x, y), "sg_maximum_f64(x, y)", "sg_maximum_f32(x, y)"),
+    (minimum(x, 1), "sg_minimum_f64(x, 1.0)", "sg_minimum_f32(x, 1.0F)"),
+    (sympy.sign(x), "sg_sign_f64(x)", "sg_sign_f32(x)"),
+    (sg.where(x > 0, sympy.sqrt(x), 0), "(x > 0.0 ? sqrt(x) : 0.0)", "(x > 0.0F ? sqrtf(x) : 0.0F)"),
+    (Piecewise((x, x < 0), (y, x <= 1)), "(x < 0.0 ? x : (x <= 1.0 ? y : NAN))",
+     "(x < 0.0F ? x : (x <= 1.0F ? y : NAN))"),
+    (Piecewise((1, sympy.And(x > 0, sympy.Or(y < 1, sympy.Not(sympy.Eq(x, y))))), (0, True)),
+     "((x > 0.0) && ((y < 1.0) || (x != y)) ? 1.0 : 0.0)", None),
+])
+def test_printer(expr, f64, f32):
+    assert c64(expr) == f64
+    if f32 is not None:
+        assert c32(expr) == f32
+
+
+def test_float32_literals_all_carry_F():
+    expr = sympy.Rational(1, 7) * x + sympy.Float("1e-3") * sympy.exp(-x**2 / 2) + sympy.pi
+    text = c32(expr)
+    literals = re.findall(r"\d+\.\d*(?:e[-+]?\d+)?F?", text)
+    assert literals and all(lit.endswith("F") for lit in literals), text
+    assert "expf(" in text and "M_" not in text
+
+
+def test_no_math_macros():
+    assert "M_" not in c64(sympy.pi / 2 + sympy.sqrt(2) + 1 / sympy.pi + sympy.E)
+
+
+def test_unsupported_function_is_an_error():
+    with pytest.raises(Exception, match="gamma"):
+        c64(sympy.gamma(x))
+
+
+def test_c_safe_names():
+    for bad in ("NAN", "INFINITY", "linux", "unix", "stderr", "M_PI", "EOF", "exp", "expf", "tanhf", "SG_LOOP",
+                "_Bool_", "INT64_MAX", "EDOM", "HUGE_VAL", "Py_None"):
+        assert not c_safe(bad), bad
+    for good in ("x", "W", "X_0_1", "M_0_0", "cam_3", "grad_x", "t0", "E", "Ex"):
+        assert c_safe(good), good
+
+
+# -- whole files ------------------------------------------------------------------------------------------
+
+def kernels_of(*fns):
+    return [lower(fe.function(f).trace()) for f in fns]
+
+
+def f_keywords(int, double, NAN, linux, exp, stderr, M_PI, EOF, float_):  # noqa: A002 (names under test)
+    return int * double + NAN * linux + sg.exp(exp) + sg.sqrt(stderr**2 + M_PI**2) * EOF + float_
+
+
+def softplus_fn(x):
+    return sg.softplus(x)
+
+
+def blend(x, y):
+    return sg.sin(x) * sg.exp(-y**2) + sg.log(1 + x**2 * y**2)
+
+
+def gelu_tanh(x):
+    return 0.5 * x * (1 + sg.tanh(sympy.sqrt(2 / sympy.pi) * (x + 0.044715 * x**3)))
+
+
+def gelu_erf(x):
+    return 0.5 * x * (1 + sg.erf(x / sympy.sqrt(2)))
+
+
+def sqrt_relu(x):
+    return sg.where(x > 0, sg.sqrt(x), 0)
+
+
+def neo_relu(x):
+    return sg.where(x > 0, x, -0.1)
+
+
+def lse(a, b):
+    return sg.logaddexp(a, b)
+
+
+def kinks(x, y):
+    return sg.maximum(x, y) + sg.relu(x) + sg.clamp(y, -1, 2) + sg.abs(x - y)
+
+
+def xlog(x, y):
+    return sg.xlogy(x, y) + sg.logsigmoid(y)
+
+
+def rational(x, y):
+    return x / y**3 + y**-2 + sg.sigmoid(x - y)
+
+
+def angles(x, y):
+    return sg.atan2(y, x) + sg.hypot(x, y)
+
+
+def norm3(p: fe.Vector(3), s):
+    return sg.sqrt(p[0]**2 + p[1]**2 + p[2]**2) * s
+
+
+def det2(A: fe.Matrix(2, 2)):
+    return A[0, 0] * A[1, 1] - A[0, 1] * A[1, 0]
+
+
+def scale3(p: fe.Vector(3), s):
+    return [p[0] * s, p[1] * s, sg.tanh(p[2] * s)]
+
+
+def two_outputs(x, y):
+    return x * y, sg.log1p(x * x) - sg.expm1(-y * y)
+
+
+def big(x, y):
+    """A 20+-operation formula."""
+    a = sg.tanh(x * y + 1) * sg.exp(-x**2 / 4)
+    b = sg.log1p(sg.exp(-sg.abs(y))) + sg.sigmoid(x - y) * sg.cos(x + y)
+    return a * b + sg.sqrt(1 + a**2) - sg.logaddexp(x, 2 * y) / (1 + b**2) + sg.atan(x * b)
+
+
+ALL = (softplus_fn, blend, gelu_tanh, gelu_erf, sqrt_relu, neo_relu, lse, kinks, xlog, rational, angles,
+       norm3, det2, scale3, two_outputs, big)
+
+
+@pytest.fixture(scope="module")
+def all_kernels():
+    return kernels_of(*ALL)
+
+
+@pytest.fixture(scope="module")
+def module_text(all_kernels):
+    return CEmitter().emit_module(all_kernels, emitters.ModelInfo("test_model.py", "test"))
+
+
+def test_registered():
+    assert emitters.get("c").filename == "kernels.c"
+    assert "c" in emitters.names()
+
+
+def test_module_layout(all_kernels, module_text):
+    for k in all_kernels:
+        for p in k.programs:
+            for d in ("f64", "f32"):
+                assert f"void {k.name}__{p.name}_{d}(int64_t n" in module_text
+    assert "static inline double sg_softplus_f64(double x)" in module_text
+    assert "static inline float sg_softplus_f32(float x)" in module_text
+    assert "#pragma omp declare simd notinbranch\nfloat expf(float);" in module_text
+    assert "p[i*3 + 2]" in module_text and "A[i*4 + 3]" in module_text
+    assert "/* out = softplus(x) */" in module_text
+
+
+def test_float32_functions_are_float32(all_kernels):
+    emitter = CEmitter()
+    for k in all_kernels:
+        for p in k.programs:
+            text = emitter.emit_program(k, p, F32)
+            body = text.split("{", 1)[1]
+            assert not re.search(r"\bdouble\b", body), text
+            code = re.sub(r"/\*.*?\*/", "", body)
+            assert not re.search(r"\d\.\d*(?:e[-+]?\d+)?(?![\dFe])", code), text
+            for f in ("exp", "log", "tanh", "erf", "sqrt", "atan2", "log1p", "expm1", "cos", "sin", "atan"):
+                assert not re.search(rf"\b{f}\(", code), (f, text)
+
+
+def test_emit_function_and_cdef(all_kernels):
+    k = all_kernels[0]
+    text = emitters.get("c").emit_function(k)
+    assert text.count("void softplus_fn__") == 2 * len(k.programs)
+    proto = cdef([k])
+    assert proto.count(";") == 2 * len(k.programs) and "restrict" not in proto
+    assert "void softplus_fn__value_and_vjp_f32(int64_t n, const float *, const float *, float *, float *);" \
+        in proto
+
+
+def test_cdef_from_manifest_matches_emitter(all_kernels):
+    from symgrad.build import kernel_manifest
+    manifest = {"functions": [kernel_manifest(k, {}) for k in all_kernels]}
+
+    def signatures(text):
+        found = re.finditer(r"void (\w+)\((.*?)\);", text, re.S)
+        return sorted((m.group(1), m.group(2).count("*")) for m in found)
+
+    assert signatures(cdef(all_kernels)) == signatures(build_c.cdef_from_manifest(manifest))
+
+
+def test_notes_are_comment_safe():
+    k = kernels_of(blend)[0]
+    program = k.programs[0]
+    evil = type(program.body[0])(program.body[0].target, program.body[0].expr, "a */ b /* c \\ d \u00e9")
+    program = type(program)(program.name, program.inputs, program.outputs, (evil, *program.body[1:]))
+    text = CEmitter().emit_program(k, program, F64)
+    comment = text.splitlines()[text.splitlines().index(next(line for line in text.splitlines() if "a *" in line))]
+    assert comment.count("*/") == 1 and comment.count("/*") == 1
+
+
+@pytest.mark.skipif(GCC is None, reason="no C compiler")
+@pytest.mark.parametrize("std", ["-std=c99", "-std=gnu11"])
+@pytest.mark.parametrize("extra", [[], ["-fopenmp-simd", "-DSG_LIBMVEC=2", "-O2"], ["-fopenmp", "-O2"]])
+def test_generated_c_compiles_cleanly(tmp_path, std, extra):
+    kernels = kernels_of(f_keywords, *ALL)
+    src = tmp_path / "kernels.c"
+    src.write_text(CEmitter().emit_module(kernels, emitters.ModelInfo("m.py", "test")))
+    flags = [std, "-pedantic", "-Wall", "-Wextra", "-Werror", "-Wno-unknown-pragmas", "-Wno-unused-parameter"]
+    r = subprocess.run([GCC, *flags, *extra, "-c", str(src), "-o", str(tmp_path / "k.o")],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+
+
+@pytest.mark.skipif(GCC is None, reason="no C compiler")
+def test_every_loop_vectorizes(tmp_path, all_kernels, module_text):
+    """With the build's flags (libmvec declarations on), gcc vectorizes every kernel loop: no control flow
+    left by Piecewise or the primitives, no sincos fusion, no fmax."""
+    tc = build_c.toolchain()
+    if tc.libmvec < 2:
+        pytest.skip("no libmvec (glibc >= 2.35) here")
+    src = tmp_path / "kernels.c"
+    src.write_text(module_text)
+    flags = [f for f in tc.flags if f not in ("-fopenmp", "-fPIC")]
+    r = subprocess.run([*tc.cc, *flags, "-fopt-info-vec-all", "-c", str(src), "-o", str(tmp_path / "k.o")],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    counts = {int(line): int(k) for line, k in
+              re.findall(r"kernels\.c:(\d+):\d+: note: vectorized (\d+) loops in function", r.stderr)}
+    lines = module_text.splitlines()
+    functions = {i + 1: line for i, line in enumerate(lines) if line.startswith("void ")}
+    assert len(functions) == 2 * sum(len(k.programs) for k in all_kernels)
+    # rows wider than 4 values (a 3x4 Jacobian) are interleaved accesses gcc may leave to SLP: not checked
+    wide = {f"{k.name}__{p.name}_" for k in all_kernels for p in k.programs
+            if any(s.size > 4 for s in (*p.inputs, *p.outputs))}
+    missing = [functions[i] for i in functions if counts.get(i, 0) < 1
+               and not any(w in functions[i] for w in wide)]
+    assert not missing, f"loops not vectorized in {missing}"
+
+
+def test_keyword_and_macro_names_are_renamed():
+    k = kernels_of(f_keywords)[0]
+    text = CEmitter().emit_program(k, k.program("forward"), F64)
+    assert "const double *restrict int_," in text and "const double *restrict double_," in text
+    assert "NAN_[i]" in text and "linux_[i]" in text and "exp_[i]" in text and "M_PI_[i]" in text
+
+
+# -- agreement with a NumPy evaluation of the same IR ------------------------------------------------------
+
+_NP = [{"sigmoid": npfuncs.sigmoid, "softplus": npfuncs.softplus, "logsigmoid": npfuncs.logsigmoid,
+        "xlogy": npfuncs.xlogy, "logaddexp": np.logaddexp, "maximum": np.maximum, "minimum": np.minimum,
+        "erf": npfuncs.erf, "erfc": npfuncs.erfc}, "numpy"]
+
+
+def reference(program, arrays):
+    """Evaluate the program's assignments one by one with lambdify (float64)."""
+    env = {}
+    for slot, a in zip(program.inputs, arrays):
+        a = np.asarray(a, np.float64).reshape(a.shape[0], -1)
+        for k, s in enumerate(slot.symbols):
+            env[s] = a[:, k]
+    with np.errstate(all="ignore"):
+        for assign in program.body:
+            syms = sorted(assign.expr.free_symbols, key=str)
+            f = sympy.lambdify(syms, assign.expr, modules=_NP)
+            n = len(next(iter(env.values())))
+            env[assign.target] = np.broadcast_to(np.asarray(f(*[env[s] for s in syms]), np.float64), (n,))
+    return [np.stack([env[s] for s in slot.symbols], -1).reshape((-1, *slot.shape)) for slot in program.outputs]
+
+
+EDGES = np.array([0.0, -0.0, 1.0, -1.0, 1e-300, -1e-300, 30.0, -30.0, 100.0, -100.0, 800.0, -800.0,
+                  np.inf, -np.inf, np.nan])
+
+
+def sample_inputs(program, n, dtype, rng):
+    arrays = []
+    for slot in program.inputs:
+        shape = (n, *slot.shape)
+        if slot.role == "arg":
+            a = rng.normal(scale=3.0, size=shape)
+            flat = a.reshape(n, -1)
+            flat[: len(EDGES), 0] = EDGES
+            flat[len(EDGES): 2 * len(EDGES), -1] = EDGES      # pairs an edge with ordinary values
+        else:
+            a = rng.normal(size=shape)
+        arrays.append(a.astype(dtype))
+    return arrays
+
+
+@pytest.fixture(scope="module")
+def compiled(all_kernels, module_text):
+    try:
+        return build_c.load(module_text, cdef(all_kernels), label="test_c_emitter")
+    except build_c.CompilerUnavailable as exc:
+        pytest.skip(f"no C toolchain: {exc}")
+
+
+def call(module, kernel, program, dtype, arrays):
+    from symgrad.backends.c import _SUFFIX, _make_run
+    fn = getattr(module.lib, f"{kernel.name}__{program.name}_{_SUFFIX[np.dtype(dtype)]}")
+    run = _make_run(fn, module.ffi, np.dtype(dtype), [s.shape for s in program.inputs],
+                    [s.shape for s in program.outputs])
+    return run(tuple(arrays), (arrays[0].shape[0],))
+
+
+def assert_agree(got, want, rtol, atol, what):
+    got64 = got.astype(np.float64)
+    nan_got, nan_want = np.isnan(got64), np.isnan(want)
+    assert np.array_equal(nan_got, nan_want), f"{what}: NaN at {np.flatnonzero(nan_got != nan_want)[:5]}"
+    np.testing.assert_allclose(got64[~nan_got], want[~nan_want], rtol=rtol, atol=atol, err_msg=what)
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_kernels_agree_with_reference(compiled, all_kernels, dtype):
+    rng = np.random.default_rng(7)
+    for k in all_kernels:
+        for program in k.programs:
+            arrays = sample_inputs(program, 257, dtype, rng)
+            got = call(compiled, k, program, dtype, arrays)
+            with np.errstate(all="ignore"):
+                want = reference(program, arrays)
+            for slot, g, w in zip(program.outputs, got, want):
+                assert g.dtype == np.dtype(dtype) and g.shape == (257, *slot.shape)
+                if dtype == "float64":
+                    assert_agree(g, w, 1e-9, 1e-12, f"{k.name}.{program.name}.{slot.name}")
+                else:   # float32 kernel vs float64 reference on the same (float32) inputs
+                    finite = np.isfinite(w) & (np.abs(w) < 1e30)
+                    assert_agree(np.where(finite, g, w), w, 2e-3, 1e-5, f"{k.name}.{program.name}.{slot.name}")
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_untaken_branch_never_leaks(compiled, all_kernels, dtype):
+    k = next(k for k in all_kernels if k.name == "sqrt_relu")
+    xs = np.array([-4.0, -1.0, -0.0, 0.0, 1e-30, 4.0], dtype)
+    out, grad_x = call(compiled, k, k.program("value_and_vjp"), dtype, [xs, np.ones_like(xs)])
+    np.testing.assert_array_equal(out, np.sqrt(np.maximum(xs, 0)))
+    assert np.all(np.isfinite(grad_x)) and np.all(grad_x[:4] == 0)
+    np.testing.assert_allclose(grad_x[-1], 0.25)
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_stable_primitives_at_extremes(compiled, all_kernels, dtype):
+    by = {k.name: k for k in all_kernels}
+    big = np.array([-1e4, -800.0, -100.0, 0.0, 100.0, 800.0, 1e4, np.inf, -np.inf], dtype)
+    out, grad = call(compiled, by["softplus_fn"], by["softplus_fn"].program("value_and_vjp"), dtype,
+                     [big, np.ones_like(big)])
+    assert np.all(np.isfinite(out[:7])) and out[7] == np.inf and out[8] == 0
+    e100 = np.exp(np.array(-100.0, dtype))
+    np.testing.assert_array_equal(grad, [0, 0, e100 / (1 + e100), 0.5, 1, 1, 1, 1, 0])
+    ninf = np.array([-np.inf, -np.inf, 0.0, np.nan], dtype)
+    out, ga, gb = call(compiled, by["lse"], by["lse"].program("value_and_vjp"), dtype,
+                       [ninf, np.array([-np.inf, 0.0, 0.0, 1.0], dtype), np.ones(4, dtype)])
+    assert out[0] == -np.inf and out[1] == 0 and np.isclose(out[2], np.log(2)) and np.isnan(out[3])
+    assert ga[0] == 0.5 and gb[0] == 0.5 and ga[1] == 0 and gb[1] == 1
+
+
+def test_maximum_propagates_nan(compiled, all_kernels):
+    k = next(k for k in all_kernels if k.name == "kinks")
+    a = np.array([np.nan, 1.0, 2.0])
+    b = np.array([1.0, np.nan, 2.0])
+    (out,) = call(compiled, k, k.program("forward"), "float64", [a, b])
+    assert np.isnan(out[0]) and np.isnan(out[1]) and np.isfinite(out[2])

@@ -1,0 +1,204 @@
+"""Every Tensor operation's gradient against central differences in float64, broadcasting included;
+dtype rules; the conventions at kinks and the stable forms."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis.extra.numpy import mutually_broadcastable_shapes
+
+import symgrad as sg
+
+RNG = np.random.default_rng(1234)
+
+
+def numeric_grad(f, arrays, index, weights, eps=1e-6):
+    """Central differences of sum(weights * f(arrays)) with respect to arrays[index]."""
+    def value(arrs):
+        with sg.no_grad():
+            return float(np.sum(weights * f(*[sg.tensor(a, dtype=np.float64) for a in arrs]).data))
+
+    base = arrays[index]
+    grad = np.zeros_like(base)
+    for idx in np.ndindex(base.shape):
+        plus, minus = [a.copy() for a in arrays], [a.copy() for a in arrays]
+        plus[index][idx] += eps
+        minus[index][idx] -= eps
+        grad[idx] = (value(plus) - value(minus)) / (2 * eps)
+    return grad
+
+
+def check_grad(f, *arrays, rtol=1e-5, atol=1e-7):
+    arrays = [np.asarray(a, dtype=np.float64) for a in arrays]
+    tensors = [sg.tensor(a, requires_grad=True, dtype=np.float64) for a in arrays]
+    out = f(*tensors)
+    weights = RNG.normal(size=out.shape)
+    (out * sg.tensor(weights)).sum().backward()
+    for i, t in enumerate(tensors):
+        assert t.grad is not None and t.grad.shape == arrays[i].shape and t.grad.dtype == np.float64
+        np.testing.assert_allclose(t.grad.data, numeric_grad(f, arrays, i, weights), rtol=rtol, atol=atol)
+
+
+def normal(*shape):
+    return RNG.normal(size=shape)
+
+
+def positive(*shape):
+    return RNG.uniform(0.5, 2.0, size=shape)
+
+
+BINARY = {
+    "add": lambda a, b: a + b,
+    "sub": lambda a, b: a - b,
+    "mul": lambda a, b: a * b,
+    "div": lambda a, b: a / b,
+    "pow": lambda a, b: a ** b,
+    "maximum": lambda a, b: a.maximum(b),
+    "minimum": lambda a, b: a.minimum(b),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BINARY))
+@pytest.mark.parametrize("shapes", [((3,), (3,)), ((2, 3), (3,)), ((2, 1), (1, 3)), ((), (2, 2)), ((4, 1, 3), (2, 1))])
+def test_binary_ops_with_broadcasting(name, shapes):
+    check_grad(BINARY[name], positive(*shapes[0]), positive(*shapes[1]))
+
+
+@pytest.mark.parametrize("f", [
+    lambda x: 2.0 + x, lambda x: 2.0 - x, lambda x: 3.0 * x, lambda x: 2.0 / x, lambda x: 2.0 ** x,
+    lambda x: x ** 3, lambda x: x ** 0.5, lambda x: -x, lambda x: abs(x - 1.25), lambda x: x - 1, lambda x: x / 4,
+], ids=["radd", "rsub", "rmul", "rdiv", "rpow", "pow3", "pow_half", "neg", "abs", "sub_int", "div_int"])
+def test_operators_with_python_numbers(f):
+    check_grad(f, positive(2, 3))
+
+
+UNARY_DOMAIN = {
+    "exp": normal, "log": positive, "log1p": positive, "expm1": normal, "sqrt": positive, "sin": normal,
+    "cos": normal, "tan": lambda *s: RNG.uniform(-1, 1, s), "tanh": normal, "sigmoid": normal, "relu": normal,
+    "softplus": normal, "abs": normal, "neg": normal, "square": normal, "reciprocal": positive, "sign": normal,
+}
+
+
+@pytest.mark.parametrize("name", sorted(UNARY_DOMAIN))
+def test_unary_methods(name):
+    check_grad(lambda x: getattr(x, name)(), UNARY_DOMAIN[name](3, 4))
+
+
+@pytest.mark.parametrize("shapes", [((3,), (3,)), ((3,), (3, 4)), ((2, 3), (3,)), ((2, 3), (3, 4)),
+                                    ((5, 2, 3), (3, 4)), ((2, 1, 2, 3), (4, 3, 2)), ((3,), (2, 3, 4))])
+def test_matmul(shapes):
+    check_grad(lambda a, b: a @ b, normal(*shapes[0]), normal(*shapes[1]))
+
+
+def test_matmul_with_a_constant_array():
+    check_grad(lambda a: a @ np.arange(6.0).reshape(3, 2), normal(4, 3))
+    check_grad(lambda a: np.arange(6.0).reshape(2, 3) @ a, normal(3, 4))
+
+
+REDUCTIONS = [(None, False), (0, False), (1, True), (-1, False), ((0, 2), False), ((0, 2), True)]
+
+
+@pytest.mark.parametrize("method", ["sum", "mean", "max", "min"])
+@pytest.mark.parametrize("axis,keepdims", REDUCTIONS)
+def test_reductions(method, axis, keepdims):
+    check_grad(lambda x: getattr(x, method)(axis=axis, keepdims=keepdims), normal(2, 3, 4))
+
+
+def test_reduction_torch_keyword_names():
+    x = sg.tensor(normal(2, 3))
+    np.testing.assert_allclose(x.sum(dim=1, keepdim=True).data, x.data.sum(1, keepdims=True))
+
+
+def test_max_ties_share_the_gradient():
+    x = sg.tensor([1.0, 3.0, 3.0], requires_grad=True)
+    x.max().backward()
+    np.testing.assert_allclose(x.grad.data, [0, 0.5, 0.5])
+
+
+@pytest.mark.parametrize("f", [
+    lambda x: x.reshape(4, 6), lambda x: x.reshape((-1,)), lambda x: x.view(3, 8), lambda x: x.T,
+    lambda x: x.transpose(0, 2), lambda x: x.permute(1, 2, 0), lambda x: x.mT,
+    lambda x: x.reshape(2, 3, 1, 4).broadcast_to((2, 3, 5, 4)),
+], ids=["reshape", "flatten", "view", "T", "transpose", "permute", "mT", "broadcast_to"])
+def test_shape_ops(f):
+    check_grad(f, normal(2, 3, 4))
+
+
+@pytest.mark.parametrize("index", [
+    0, -1, (1, 2), slice(1, None), (slice(None), slice(None, None, -1)), (Ellipsis, 1), (None, 0),
+    [0, 0, 2], (np.array([0, 2, 2]), np.array([1, 1, 3])), np.array([True, False, True]),
+    (slice(None), [3, 0, 3]),
+], ids=["int", "neg", "pair", "slice", "reverse", "ellipsis", "newaxis", "repeated", "pairs", "mask", "mixed"])
+def test_indexing(index):
+    check_grad(lambda x: x[index] * 1.0, normal(3, 4))
+
+
+def test_indexing_with_a_tensor_index():
+    check_grad(lambda x: x[sg.tensor([2, 0, 2])], normal(3, 2))
+
+
+@settings(max_examples=25, deadline=None)
+@given(mutually_broadcastable_shapes(num_shapes=2, min_dims=0, max_dims=3, max_side=3))
+def test_broadcast_gradients_are_summed_to_input_shapes(shapes):
+    a, b = shapes.input_shapes
+    check_grad(lambda x, y: x * y + x, normal(*a), normal(*b))
+
+
+def test_composite_expression():
+    check_grad(lambda x, w, b: ((x @ w + b).tanh() ** 2).mean(axis=0) * (x.sum() / 3.0).exp(),
+               normal(4, 3) * 0.3, normal(3, 2), normal(2))
+
+
+# -- dtypes ----------------------------------------------------------------------------------------------
+def test_default_dtypes_follow_torch():
+    assert sg.tensor([1.0, 2.0]).dtype == np.float32
+    assert sg.tensor(np.array([1.0, 2.0])).dtype == np.float64
+    assert sg.tensor([1, 2]).dtype == np.int64
+    assert sg.tensor([1.0], dtype=np.float64).dtype == np.float64
+    assert sg.Tensor([1.0]).dtype == np.float32
+
+
+def test_python_scalars_are_weak():
+    x = sg.tensor([1.0, 2.0], requires_grad=True)
+    for y in (x * 2.0, 2.0 * x, x + 1, x / 3, x ** 2, 1.0 - x):
+        assert y.dtype == np.float32
+    (x * 2.0).sum().backward()
+    assert x.grad.dtype == np.float32
+
+
+def test_integer_and_boolean_tensors():
+    t = sg.tensor([1, 2, 3])
+    assert (t + 1).tolist() == [2, 3, 4] and (t * t).dtype == np.int64
+    assert (sg.tensor([1.0, -1.0]) > 0).tolist() == [True, False]
+
+
+def test_tensor_sugar():
+    x = sg.tensor([[1.0, 2.0], [3.0, 4.0]])
+    assert x.shape == (2, 2) and x.ndim == 2 and x.numel() == 4 and x.size(1) == 2 and len(x) == 2
+    assert x.sum().item() == 10.0
+    assert "grad_fn=<MulBackward>" in repr(sg.tensor([1.0], requires_grad=True) * 2)
+    assert np.asarray(x).shape == (2, 2)
+
+
+# -- conventions at kinks, stable forms -------------------------------------------------------------------
+def grad_at(method, value, *args):
+    x = sg.tensor([value], requires_grad=True, dtype=np.float64)
+    getattr(x, method)(*args).sum().backward()
+    return x.grad.item()
+
+
+def test_kink_conventions():
+    assert grad_at("relu", 0.0) == 0.0
+    assert grad_at("abs", 0.0) == 0.0
+    assert grad_at("sign", 0.0) == 0.0
+    assert grad_at("maximum", 1.0, sg.tensor([1.0], dtype=np.float64)) == 0.5
+
+
+def test_stable_softplus_and_sigmoid():
+    x = sg.tensor([-1000.0, 0.0, 1000.0], requires_grad=True)
+    y = x.softplus()
+    np.testing.assert_allclose(y.data, [0.0, np.log(2.0), 1000.0], rtol=1e-6)
+    y.sum().backward()
+    np.testing.assert_allclose(x.grad.data, [0.0, 0.5, 1.0])
+    s = sg.tensor([-1000.0, 1000.0]).sigmoid()
+    assert np.all(np.isfinite(s.data)) and s.tolist() == [0.0, 1.0]
