@@ -21,11 +21,12 @@ class Mismatch:
     point: dict
     analytic: float
     numeric: float
+    reference: str = "finite differences"
 
     def __str__(self) -> str:
         where = ", ".join(f"{k}={v}" for k, v in self.point.items())
         return (f"{self.function}: d/d{self.argument}[{self.element}] at ({where}): symgrad {self.analytic:.10g}, "
-                f"finite differences {self.numeric:.10g}")
+                f"{self.reference} {self.numeric:.10g}")
 
 
 def sample_inputs(fn: CompiledFunction, n: int, rng: np.random.Generator) -> list[np.ndarray]:
@@ -77,10 +78,11 @@ def check_function(fn: CompiledFunction, n: int = 64, seed: int = 0, rtol: float
         hand = [np.broadcast_to(np.asarray(r, dtype=float), a.shape).reshape(n, -1) for r, a in zip(result, args)]
         references = [("hand-written", hand, [np.ones_like(h, dtype=bool) for h in hand])]
     mismatches = []
-    for _, numeric, valid in references:
+    for reference, numeric, valid in references:
         for name, a, num, ok in zip(fn.arg_names, analytic, numeric, valid):
             bad = ok & ~np.isclose(a, num, rtol=rtol, atol=atol)
             for row, col in zip(*np.nonzero(bad)):
                 point = {nm: np.round(x.reshape(n, -1)[row], 6).tolist() for nm, x in zip(fn.arg_names, args)}
-                mismatches.append(Mismatch(fn.name, name, int(col), point, float(a[row, col]), float(num[row, col])))
+                mismatches.append(Mismatch(fn.name, name, int(col), point, float(a[row, col]),
+                                           float(num[row, col]), reference))
     return mismatches

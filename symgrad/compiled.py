@@ -93,11 +93,13 @@ class CompiledFunction:
 
     # -- argument handling ------------------------------------------------------------------------------
     def _arrays(self, values: tuple, shapes: tuple, names: tuple) -> tuple[list, np.dtype, tuple]:
-        if self._elementwise:   # fast path: same-shape, same-dtype float arrays need no work
-            first = values[0]
-            if type(first) is np.ndarray and first.dtype in _FLOATS and all(
-                    type(v) is np.ndarray and v.dtype == first.dtype and v.shape == first.shape for v in values):
-                return list(values), first.dtype, first.shape
+        if self._elementwise:   # fast path: same-shape, same-dtype float arrays and Python numbers
+            first = next((v for v in values if type(v) is np.ndarray), None)
+            if first is not None and first.dtype in _FLOATS:
+                dtype, shape = first.dtype, first.shape
+                if all((type(v) is np.ndarray and v.dtype == dtype and v.shape == shape) or
+                       (type(v) is float or type(v) is int) for v in values):
+                    return [v if type(v) is np.ndarray else np.asarray(v, dtype) for v in values], dtype, shape
         arrays, batches, dtypes = [], [], []
         for value, shape, name in zip(values, shapes, names):
             if isinstance(value, (float, int)) and not isinstance(value, bool):
@@ -208,15 +210,15 @@ class CompiledFunction:
         return self.value_and_jacobian(*args)[1]
 
 
-    def to_torch(self):
-        """This function as a PyTorch op (autograd.Function backed by the compiled kernels)."""
+    def to_torch(self, **options: Any):
+        """This function as a PyTorch op backed by the compiled kernels (``symgrad.interop.torch``)."""
         from .interop.torch import to_torch
-        return to_torch(self)
+        return to_torch(self, **options)
 
-    def to_jax(self):
+    def to_jax(self, **options: Any):
         """This function as a JAX function with a custom_vjp calling the compiled kernels."""
         from .interop.jax import to_jax
-        return to_jax(self)
+        return to_jax(self, **options)
 
 
 def load_package(location: str | Path) -> dict[str, CompiledFunction]:

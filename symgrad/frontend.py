@@ -221,6 +221,14 @@ class SymbolicFunction:
     def source(self, target: str = "numpy") -> str:
         return self.compiled().source(target)
 
+    def to_torch(self, **options: Any):
+        """This function as a differentiable PyTorch op (see ``CompiledFunction.to_torch``)."""
+        return self.compiled().to_torch(**options)
+
+    def to_jax(self, **options: Any):
+        """This function as a JAX function with a custom_vjp (see ``CompiledFunction.to_jax``)."""
+        return self.compiled().to_jax(**options)
+
     @property
     def derivatives(self) -> dict[str, str]:
         return self.compiled().derivatives
