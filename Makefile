@@ -26,9 +26,10 @@ demo: $(STAMP)
 	$(BIN)/symgrad check examples/model.py
 	$(BIN)/python examples/mlp_digits.py
 
-## make bench: benchmark tables (ratios against NumPy, and PyTorch/JAX when installed)
+## make bench: benchmark tables (ratios against NumPy, and PyTorch/JAX when installed);
+## BENCH_ARGS=--quick for a short run
 bench: $(STAMP)
-	@for f in bench/bench_*.py; do echo "== $$f"; $(BIN)/python $$f || exit 1; done
+	@for f in bench/bench_*.py; do echo "== $$f"; $(BIN)/python $$f $(BENCH_ARGS) || exit 1; done
 
 ## make fuzz: property-based gradient tests with a large example budget
 fuzz: $(STAMP)

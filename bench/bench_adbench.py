@@ -55,32 +55,14 @@ import gmm  # noqa: E402
 import symgrad as sg  # noqa: E402
 from symgrad.backends import c as c_backend  # noqa: E402
 
-try:
-    import torch
-    torch.set_num_threads(1)
-except ImportError:
-    torch = None
-try:
-    import jax
-    jax.config.update("jax_enable_x64", True)
-    import jax.numpy as jnp
-except ImportError:
-    jax = None
+from common import best_time, optional_jax, optional_torch  # noqa: E402
+
+torch = optional_torch(threads=1)
+jax, jnp = optional_jax(x64=True)
 
 BA_SIZES = {"ba1": (49, 7776, 31843), "ba2": (21, 11315, 36455)}
 GMM_SIZES = [(d, K) for d in (2, 10, 64) for K in (5, 25)]
 GMM_N = 10_000
-
-
-def best_time(fn, repeat: int) -> float:
-    """Best CPU time of one call over ``repeat`` calls (after one warm-up call), in seconds."""
-    fn()
-    best = float("inf")
-    for _ in range(repeat):
-        t0 = time.process_time()
-        fn()
-        best = min(best, time.process_time() - t0)
-    return best
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -509,12 +491,10 @@ def main() -> None:
     repeat = 20 if args.quick else 50          # BA calls take milliseconds; GMM uses fewer (below)
     ba.model()
     c_backend.set_num_threads(1)
-    fused = ba._fused_jacobian_ok(ba.model().ba_residual)
     tuned = all(os.environ.get(k) == v for k, v in _MALLOC_ENV.items())
     print(f"# ADBench BA and GMM ({'quick' if args.quick else 'full'}; best CPU time of {repeat} (BA) / "
           f"{3 if args.quick else 10} (GMM) runs, 1 thread, malloc tuning {'on' if tuned else 'off'})")
-    print(f"symgrad backend: {ba.model().ba_residual.backend}; BA Jacobian via "
-          f"{'fused value_and_jacobian' if fused else 'two vjp passes (fused kernel failed its self-check)'}")
+    print(f"symgrad backend: {ba.model().ba_residual.backend}; BA Jacobian via fused value_and_jacobian")
     print(f"torch: {torch.__version__ if torch else 'not installed'}; "
           f"jax: {jax.__version__ if jax else 'not installed'}"
           f"; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")

@@ -20,40 +20,10 @@ from typing import Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import symgrad as sg  # noqa: E402
 
-try:
-    import torch
-except ImportError:
-    torch = None
+from common import best_time, chain20, formula, optional_torch  # noqa: E402
 
-
-def formula(x, sin):
-    """20 elementwise ops: 5 x (multiply, add, sin, multiply by x)."""
-    y = x
-    for _ in range(5):
-        y = sin(y * 1.1 + 0.2) * x
-    return y
-
-
-@sg.function
-def chain20(x):
-    return formula(x, sg.sin)
-
-
-def per_call(step: Callable[[], object], repeat: int, budget: float = 0.25) -> float:
-    """Best seconds per call over ``repeat`` rounds of enough calls to fill ``budget`` seconds."""
-    start = time.perf_counter()
-    step()
-    once = time.perf_counter() - start
-    number = max(1, min(10_000, int(budget / max(once, 1e-7))))
-    best = float("inf")
-    for _ in range(repeat):
-        start = time.perf_counter()
-        for _ in range(number):
-            step()
-        best = min(best, (time.perf_counter() - start) / number)
-    return best
+torch = optional_torch()
 
 
 def fwd_bwd(fn: Callable, x: "torch.Tensor", seed: "torch.Tensor") -> Callable[[], None]:
@@ -142,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
         best = {k: float("inf") for k in steps}
         for _ in range(args.repeat):        # interleaved rounds: a busy machine hurts every column alike
             for k, step in steps.items():
-                best[k] = min(best[k], per_call(step, 1))
+                best[k] = min(best[k], best_time(step, 1, 0.25))
         t_sg, t_eager, t_tc = best["symgrad"], best["eager"], best.get("compile", float("nan"))
         rows.append((n, t_sg, t_eager, t_tc))
         ratio = f"{t_sg / t_tc:>14.2f}x" if tc is not None else f"{'-':>15}"

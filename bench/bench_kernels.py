@@ -25,17 +25,10 @@ import symgrad as sg  # noqa: E402
 from symgrad import build_c  # noqa: E402
 from symgrad.backends import c as c_backend  # noqa: E402
 
-try:
-    import torch
-    torch.set_num_threads(1)
-except ImportError:
-    torch = None
-try:
-    import jax
-    jax.config.update("jax_enable_x64", True)
-    import jax.numpy as jnp
-except ImportError:
-    jax = None
+from common import best_time, optional_jax, optional_torch  # noqa: E402
+
+torch = optional_torch(threads=1)
+jax, jnp = optional_jax(x64=True)
 
 SQRT_2_PI = math.sqrt(2 / math.pi)
 
@@ -143,22 +136,6 @@ CASES = [("softplus", softplus, softplus_np, 1), ("gelu_tanh", gelu_tanh, gelu_t
 
 # -- timing ---------------------------------------------------------------------------------------------
 
-def best_time(fn, min_time: float, repeats: int) -> float:
-    """Seconds per call: the best of ``repeats`` batches, each long enough to be timed."""
-    fn()
-    t0 = time.perf_counter()
-    fn()
-    one = max(time.perf_counter() - t0, 1e-7)
-    loops = max(1, int(min_time / one))
-    best = float("inf")
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        for _ in range(loops):
-            fn()
-        best = min(best, (time.perf_counter() - t0) / loops)
-    return best
-
-
 def triad_gbps(n: int, min_time: float, repeats: int) -> float:
     """STREAM triad a = b + s*c in one C loop (1 thread): bytes 3*8*n per call."""
     src = ("#include <stdint.h>\n"
@@ -167,7 +144,7 @@ def triad_gbps(n: int, min_time: float, repeats: int) -> float:
     m = build_c.load(src, "void triad(int64_t, const double *, const double *, double *);", label="triad")
     b, c, a = np.ones(n), np.ones(n), np.empty(n)
     pb, pc, pa = (m.ffi.from_buffer("double[]", v) for v in (b, c, a))
-    t = best_time(lambda: m.lib.triad(n, pb, pc, pa), min_time, repeats)
+    t = best_time(lambda: m.lib.triad(n, pb, pc, pa), repeats, min_time)
     return 24 * n / t / 1e9
 
 
@@ -194,25 +171,25 @@ def run_case(name, fn, hand, n_args, dtype, sizes, min_time, repeats, rng):
         arrays = inputs(n, n_args, dtype, rng)
         times = {}
         sg.set_backend("numpy")
-        times["sg-numpy"] = best_time(lambda: fn.value_and_vjp(*arrays), min_time, repeats)
+        times["sg-numpy"] = best_time(lambda: fn.value_and_vjp(*arrays), repeats, min_time)
         sym_np = fn.value_and_vjp(*arrays)
         sg.set_backend("c")
         check(name, fn.value_and_vjp(*arrays), hand(*arrays), dtype)
         check(name, sym_np, hand(*arrays), dtype)
         for threads in (1, 2):
             c_backend.set_num_threads(threads)
-            times[f"sg-c {threads}t"] = best_time(lambda: fn.value_and_vjp(*arrays), min_time, repeats)
-        times["hand-numpy"] = best_time(lambda: hand(*arrays), min_time, repeats)
+            times[f"sg-c {threads}t"] = best_time(lambda: fn.value_and_vjp(*arrays), repeats, min_time)
+        times["hand-numpy"] = best_time(lambda: hand(*arrays), repeats, min_time)
         if torch_f is not None:
             def torch_call():
                 ts = [torch.from_numpy(a).requires_grad_() for a in arrays[:-1]]
                 out = torch_f(*ts)
                 out.backward(torch.from_numpy(arrays[-1]))
                 return out.detach(), [t.grad for t in ts]
-            times["torch"] = best_time(torch_call, min_time, repeats)
+            times["torch"] = best_time(torch_call, repeats, min_time)
         if jax_f is not None:
             jarrays = [jnp.asarray(a) for a in arrays]
-            times["jax"] = best_time(lambda: jax.block_until_ready(jax_f(*jarrays)), min_time, repeats)
+            times["jax"] = best_time(lambda: jax.block_until_ready(jax_f(*jarrays)), repeats, min_time)
         moved = (2 * n_args + 2) * n * np.dtype(dtype).itemsize      # args + cotangent in, value + grads out
         rows.append((n, times, moved / times["sg-c 1t"] / 1e9))
     return rows
@@ -225,11 +202,11 @@ def overhead_table(min_time: float, repeats: int) -> list[str]:
     for backend in ("c", "numpy"):
         sg.set_backend(backend)
         compiled = softplus.compiled()
-        results[backend, "api"] = best_time(lambda: compiled.value_and_vjp(x, g), min_time, repeats)
+        results[backend, "api"] = best_time(lambda: compiled.value_and_vjp(x, g), repeats, min_time)
         _, kernels = compiled._kernel_set()
         run = kernels.program(compiled._ident, "value_and_vjp", np.dtype(np.float64))
-        results[backend, "run"] = best_time(lambda: run((x, g), (10,)), min_time, repeats)
-    hand = best_time(lambda: softplus_np(x, g), min_time, repeats)
+        results[backend, "run"] = best_time(lambda: run((x, g), (10,)), repeats, min_time)
+    hand = best_time(lambda: softplus_np(x, g), repeats, min_time)
     lines.append(f"| softplus value_and_vjp (public API) | {results['c', 'api'] * 1e6:.1f} us | "
                  f"{results['numpy', 'api'] * 1e6:.1f} us | {hand * 1e6:.1f} us |")
     lines.append(f"| backend run() only | {results['c', 'run'] * 1e6:.1f} us | "
@@ -238,7 +215,7 @@ def overhead_table(min_time: float, repeats: int) -> list[str]:
     x3, g3 = np.linspace(-1, 1, 1000), np.ones(1000)
     run = softplus.compiled()._kernel_set()[1].program(softplus.compiled()._ident, "value_and_vjp",
                                                         np.dtype(np.float64))
-    t = best_time(lambda: run((x3, g3), (1000,)), min_time, repeats)
+    t = best_time(lambda: run((x3, g3), (1000,)), repeats, min_time)
     lines.append(f"| backend run() at N=1e3 | {t * 1e6:.1f} us | | |")
     return lines
 

@@ -18,41 +18,16 @@ import time
 from typing import Callable
 
 import numpy as np
+from common import best_time, chain20, formula, optional_torch  # first: puts the checkout on sys.path
 
 import symgrad as sg
 from symgrad.runtime import elementwise
 
-try:
-    import torch
-except ImportError:  # the table then has no PyTorch column
-    torch = None
+torch = optional_torch()
 
 N_SAMPLES, N_IN, N_HIDDEN, N_OUT = 60_000, 784, 128, 10
 
 
-def best_time(fn: Callable[[], object], number: int, repeat: int) -> float:
-    """Best wall time of ``number`` calls, in seconds per call."""
-    fn()
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        for _ in range(number):
-            fn()
-        times.append((time.perf_counter() - start) / number)
-    return min(times)
-
-
-def formula(x, sin):
-    """20 elementwise ops: 5 x (multiply, add, sin, multiply by x)."""
-    y = x
-    for _ in range(5):
-        y = sin(y * 1.1 + 0.2) * x
-    return y
-
-
-@sg.function
-def chain20(x):
-    return formula(x, sg.sin)
 
 
 class _BareKernel:
@@ -84,19 +59,19 @@ def bench_chain(repeat: int) -> list[tuple[str, float]]:
     def runtime_step():
         formula(x, sg.Tensor.sin).backward(seed)
 
-    rows = [("runtime op, compiled primitives", best_time(runtime_step, 200, repeat) / 20)]
+    rows = [("runtime op, compiled primitives", best_time(runtime_step, repeat) / 20)]
     compiled = elementwise.primitives()
     saved = {k: compiled[k] for k in BARE}
     compiled.update(BARE)
     try:
-        rows.append(("runtime op, bare NumPy kernels", best_time(runtime_step, 2000, repeat) / 20))
+        rows.append(("runtime op, bare NumPy kernels", best_time(runtime_step, repeat) / 20))
     finally:
         compiled.update(saved)
     node = chain20.compiled()
-    rows.append(("20-op formula as one compiled node", best_time(lambda: node(x).backward(seed), 2000, repeat)))
+    rows.append(("20-op formula as one compiled node", best_time(lambda: node(x).backward(seed), repeat)))
     if torch is not None:
         tx, tseed = torch.tensor(data, requires_grad=True), torch.ones(10)
-        rows.append(("torch eager op", best_time(lambda: formula(tx, torch.sin).backward(tseed), 2000, repeat) / 20))
+        rows.append(("torch eager op", best_time(lambda: formula(tx, torch.sin).backward(tseed), repeat) / 20))
     return rows
 
 
@@ -196,7 +171,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=300, help="MLP steps timed per batch size (extrapolated)")
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--quick", action="store_true", help="100 MLP steps, 2 rounds")
     args = parser.parse_args()
+    if args.quick:
+        args.steps, args.repeat = 100, 2
 
     print(f"backend: {sg.get_backend()}; torch: {torch.__version__ if torch is not None else 'not installed'}\n")
     print(f"{'elementwise chain (10 elements, fwd+bwd)':<44} {'us':>10}")
