@@ -259,8 +259,9 @@ class _Names:
         if c_safe(name):
             return name
         if name not in self.renamed:
-            new = name + "_"
-            while new in self.taken or not c_safe(new):
+            # 'cos' -> 'cos_'; a macro family matches with any suffix ('FLT_MAX_'), so those get a prefix
+            new = name + "_" if c_safe(name + "_") else "v_" + name
+            while new in self.taken:
                 new += "_"
             self.taken.add(new)
             self.renamed[name] = new

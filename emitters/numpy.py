@@ -69,11 +69,25 @@ class SymgradNumPyPrinter(NumPyPrinter):
             text = f"numpy.where({self._print(c)}, {self._print(value)}, {text})"
         return text
 
+    @staticmethod
+    def _number(value: float) -> str:
+        """A float constant as Python source; out-of-range values are numpy.inf, never a bare ``inf``."""
+        if value in (float("inf"), float("-inf")):
+            return "numpy.inf" if value > 0 else "(-numpy.inf)"
+        return repr(value)
+
     def _print_Float(self, expr):
-        return repr(float(expr))
+        return self._number(float(expr))
 
     def _print_Rational(self, expr):
-        return repr(float(expr))
+        return self._number(float(expr))
+
+    def _print_Integer(self, expr):
+        # small integers stay Python ints (exact, and weak: float32 stays float32); a huge one becomes a float,
+        # since NumPy cannot convert a Python int beyond int64 (OverflowError) and float() of it raises
+        if abs(int(expr)) <= 2**53:
+            return str(int(expr))
+        return self._number(float(sympy.Float(expr)))
 
     def _print_Abs(self, expr):
         return f"numpy.abs({self._print(expr.args[0])})"
@@ -109,6 +123,12 @@ def _pack(slot: Slot) -> str:
     return f"{HELPERS}.pack(({', '.join(map(str, slot.symbols))},), {slot.shape!r})"
 
 
+def _docstring_text(text: str) -> str:
+    """Text safe inside a triple-quoted docstring: one line, no double quote that could close it (a file
+    name may contain anything, three double quotes included)."""
+    return one_line(text).replace('"', "'")
+
+
 def function_name(kernel: Kernel, program: Program) -> str:
     return f"{kernel.name}__{program.name}"
 
@@ -123,7 +143,7 @@ class NumPyEmitter:
     def emit_program(self, kernel: Kernel, program: Program) -> str:
         params = ", ".join(s.name for s in program.inputs)
         lines = [f"def {function_name(kernel, program)}({params}):",
-                 f'    """{program.name} of {one_line(kernel.name)} [{one_line(kernel.origin)}]."""',
+                 f'    """{_docstring_text(f"{program.name} of {kernel.name} [{kernel.origin}].")}"""',
                  '    with numpy.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):']
         body = [line for slot in program.inputs for line in _unpack(slot)]
         for a in program.body:

@@ -37,25 +37,33 @@ def inline_booleans(assigns: Assignments, results: list[sympy.Expr]) -> tuple[As
     return kept, [r.xreplace(subs) if subs else r for r in results]
 
 
-def hoist_piecewise(assigns: Assignments, results: list[sympy.Expr], names) -> tuple[Assignments, list[sympy.Expr]]:
-    """Give every Piecewise nested inside a larger expression its own temporary.
+def hoist_operands(assigns: Assignments, results: list[sympy.Expr], names) -> tuple[Assignments, list[sympy.Expr]]:
+    """Give every Piecewise nested inside a larger expression, and the operand of every ``Abs``, its own
+    (real) temporary, so that the local derivative rules only ever see them applied to plain real symbols.
 
-    Local derivatives build conditions from their operands (``maximum(a, b)``: ``a > b``, ``Eq(a, b)``);
-    an operand that is a Piecewise would make SymPy fold it into the condition (exponential in the number
-    of branches, through ``simplify_logic`` and inequality solving). With Piecewise operands hoisted, every
-    operand a derivative rule sees is Piecewise-free."""
+    - Local derivatives build conditions from their operands (``maximum(a, b)``: ``a > b``, ``Eq(a, b)``);
+      an operand that is a Piecewise would make SymPy fold it into the condition (exponential in the number
+      of branches, through ``simplify_logic`` and inequality solving).
+    - ``diff(Abs(u))`` is ``sign(u)*du`` only when SymPy can prove ``u`` real; for ``Abs(atanh(t))`` or
+      ``Abs(log(t))`` it returns ``re``/``im``/``atan2`` forms that are unprintable or wasteful."""
     out: Assignments = []
 
+    def bind(value: sympy.Expr) -> Symbol:
+        sym = next(names)
+        out.append((sym, value))
+        return sym
+
     def hoist(e: sympy.Basic, top: bool) -> sympy.Basic:
-        if e.is_Atom or not e.has(Piecewise):
+        if e.is_Atom or not e.has(Piecewise, sympy.Abs):
             return e
-        new = e.func(*[hoist(a, False) for a in e.args]) if not isinstance(e, Piecewise) else \
-            Piecewise(*[(hoist(v, False), c) for v, c in e.args])
-        if isinstance(new, Piecewise) and not top:
-            sym = next(names)
-            out.append((sym, new))
-            return sym
-        return new
+        if isinstance(e, Piecewise):
+            return Piecewise(*[(hoist(v, False), c) for v, c in e.args]) if top else \
+                bind(Piecewise(*[(hoist(v, False), c) for v, c in e.args]))
+        args = [hoist(a, False) for a in e.args]
+        if isinstance(e, sympy.Abs) and not args[0].is_Atom:
+            args[0] = bind(args[0])
+        new = e.func(*args)
+        return bind(new) if isinstance(new, Piecewise) and not top else new
 
     for sym, expr in assigns:
         expr = hoist(expr, True)
@@ -65,11 +73,11 @@ def hoist_piecewise(assigns: Assignments, results: list[sympy.Expr], names) -> t
 
 
 def straight_line(exprs: list[sympy.Expr], prefix: str) -> tuple[Assignments, list[sympy.Expr]]:
-    """One joint CSE (order='none': fast, and never the slow 'basic' optimizations), then every nested
-    Piecewise in a temporary of its own (see ``hoist_piecewise``)."""
+    """One joint CSE (order='none': fast, and never the slow 'basic' optimizations), then nested
+    Piecewise and ``Abs`` operands in temporaries of their own (see ``hoist_operands``)."""
     names = fresh(prefix)
     temps, reduced = sympy.cse(exprs, symbols=names, order="none")
-    return hoist_piecewise(*inline_booleans(list(temps), list(reduced)), names)
+    return hoist_operands(*inline_booleans(list(temps), list(reduced)), names)
 
 
 def local_derivative(expr: sympy.Expr, wrt: Symbol, where: str) -> sympy.Expr:

@@ -164,7 +164,7 @@ class SymbolicFunction:
             for e in out.exprs:
                 # size first: it stops after `limit` nodes, while free_symbols walks the whole tree, which is
                 # exponential in the depth of a DAG such as e = sin(e) + cos(e) repeated
-                _check_size(e, self.name, limit)
+                _check_size(e, f"{self.origin}: {self.name}", limit)
                 stray = e.free_symbols - allowed
                 if stray:
                     names = ", ".join(sorted(map(str, stray)))

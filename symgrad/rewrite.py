@@ -3,7 +3,7 @@
 Two families:
 - *canonical*: ``Max``/``Min``/``Heaviside`` become ``Piecewise`` with PyTorch's kink conventions, so that
   ``diff`` never produces ``Heaviside(0) = 1/2`` and NaN propagates like ``torch.maximum``;
-- *stability*: ``log(1 + exp(u))``, ``1/(1 + exp(-u))``, ``log(exp(a) + exp(b))``, ``log(1 + u)``, ``exp(u) - 1``
+- *stability*: ``log(1 + exp(u))`` and ``log1p(exp(u))``, ``1/(1 + exp(-u))``, ``log(exp(a) + exp(b))``, ``log(1 + u)``, ``exp(u) - 1``
   become the primitives ``softplus``, ``sigmoid``, ``logaddexp``, ``log1p``, ``expm1`` whose printed forms never
   overflow (see ``symgrad.primitives``).
 """
@@ -63,6 +63,13 @@ def rewrite_log(e: sympy.Expr) -> sympy.Expr | None:
     return None
 
 
+def rewrite_log1p(e: sympy.Expr) -> sympy.Expr | None:
+    """log1p(exp(u)) -> softplus(u) (log1p alone overflows once exp(u) does: u > 88 in float32)."""
+    if isinstance(e, log1p) and isinstance(e.args[0], exp):
+        return softplus(e.args[0].args[0])
+    return None
+
+
 def rewrite_sigmoid(e: sympy.Expr) -> sympy.Expr | None:
     """1/(1 + exp(-u)) -> sigmoid(u); exp(u)/(1 + exp(u)) and exp(u)*sigmoid(-u) -> sigmoid(u)."""
     if isinstance(e, Pow) and e.exp == -1:
@@ -96,6 +103,7 @@ RULES: tuple[tuple[str, Rule], ...] = (
     ("max-min-piecewise", rewrite_max_min),
     ("heaviside-piecewise", rewrite_heaviside),
     ("stable-log", rewrite_log),
+    ("stable-log1p", rewrite_log1p),
     ("stable-sigmoid", rewrite_sigmoid),
     ("expm1", rewrite_expm1),
 )
@@ -110,7 +118,13 @@ def _apply_rules(e: sympy.Expr) -> sympy.Expr:
 
 
 def stabilize(expr: sympy.Expr) -> sympy.Expr:
-    """Apply every rule bottom-up until nothing changes (each rule strictly shrinks its pattern)."""
+    """Apply every rule bottom-up until nothing changes (each rule strictly shrinks its pattern).
+
+    SymPy's own ``zoo`` (complex infinity, e.g. ``1/0`` evaluated in a branch that Piecewise folding created
+    but that can never be taken, as in ``where(Ne(u, 0), sin(u)/u, 1)`` with ``u`` itself a ``where``) becomes
+    NaN, the value NumPy gives an undefined result; ``check_supported`` still rejects it outside a branch."""
+    if expr.has(S.ComplexInfinity):
+        expr = expr.xreplace({S.ComplexInfinity: S.NaN})
     for _ in range(8):
         new = bottom_up(expr, _apply_rules)
         if new == expr:

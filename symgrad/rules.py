@@ -8,6 +8,7 @@ table below replaces each with PyTorch's convention (measured in torch 2.13):
 | ``DiracDelta(u)`` (from sign, Heaviside)       | 0                  | sign' = 0               |
 | ``Derivative(floor/ceiling/sign/Heaviside(u))``| 0                  | floor' = 0              |
 | ``Derivative(frac(u))``, ``Derivative(Mod(u, c))`` | ``du``         | frac' = 1, fmod' = 1    |
+| ``re(u)`` / ``im(u)`` (``diff(Abs(u))`` when SymPy cannot prove ``u`` real) | ``u`` / 0 | values are real |
 
 Kinks handled before ``diff`` (see ``symgrad.primitives``): relu'(0) = 0, abs'(0) = 0 (``sign(0) = 0``),
 relu6'(0) = relu6'(6) = 0, ``sg.clamp`` boundaries 1, ``Max``/``Min`` of two inputs split a tie 1/2 : 1/2,
@@ -17,7 +18,7 @@ from __future__ import annotations
 
 import sympy
 from sympy import (Abs, Add, And, Derivative, DiracDelta, Heaviside, Mod, Mul, Not, Or, Piecewise, Pow,
-                   Subs, Symbol, ceiling, floor, frac, sign)
+                   Subs, Symbol, ceiling, floor, frac, im, re, sign)
 from sympy.core.relational import Relational
 from sympy.functions.elementary.piecewise import ExprCondPair
 from sympy.logic.boolalg import BooleanFalse, BooleanTrue, ITE
@@ -31,11 +32,15 @@ _ZERO_DERIVATIVE = (floor, ceiling, sign, Heaviside)
 def _subgradient(e: sympy.Basic) -> sympy.Basic | None:
     if isinstance(e, DiracDelta):
         return sympy.S.Zero
+    if isinstance(e, re):           # every value symgrad computes is real
+        return e.args[0]
+    if isinstance(e, im):
+        return sympy.S.Zero
     if isinstance(e, Derivative):
         inner = e.expr
-        if isinstance(inner, _ZERO_DERIVATIVE):
+        if isinstance(inner, _ZERO_DERIVATIVE + (im,)):
             return sympy.S.Zero
-        if isinstance(inner, (frac, Mod)):
+        if isinstance(inner, (frac, Mod, re)):
             return sympy.diff(inner.args[0], *e.variables)
     if isinstance(e, Subs) and not e.expr.has(Derivative):
         return e.doit()
@@ -44,7 +49,7 @@ def _subgradient(e: sympy.Basic) -> sympy.Basic | None:
 
 def apply_subgradients(expr: sympy.Expr) -> sympy.Expr:
     """Replace what the table covers; anything unprintable left afterwards is caught by ``check_supported``."""
-    if not expr.has(DiracDelta, Derivative, Subs):
+    if not expr.has(DiracDelta, Derivative, Subs, re, im):
         return expr
 
     def visit(e: sympy.Basic) -> sympy.Basic:
@@ -76,10 +81,26 @@ def _describe(node: sympy.Basic) -> str:
     return f"unsupported construct {type(node).__name__}: {node}"
 
 
+def _in_branches(expr: sympy.Basic) -> set:
+    """Sub-expressions that are (inside) the value of a Piecewise branch: only selected, never combined."""
+    found: set = set()
+    for node in sympy.preorder_traversal(expr):
+        if isinstance(node, Piecewise):
+            for value, _ in node.args:
+                found.update(sympy.preorder_traversal(value))
+    return found
+
+
 def check_supported(expr: sympy.Basic, where: str) -> None:
-    """Raise UnsupportedError naming ``where`` (function and role) and the first unsupported sub-expression."""
+    """Raise UnsupportedError naming ``where`` (function and role) and the first unsupported sub-expression.
+
+    NaN is accepted inside a Piecewise branch value (an undefined value there is what the branch computes
+    when it is taken, like NumPy's 0/0; see ``rewrite.stabilize``), never outside one."""
+    branches = _in_branches(expr) if expr.has(sympy.nan) else set()
     for node in sympy.preorder_traversal(expr):
         if node.is_Number or node.is_NumberSymbol:
+            if node is sympy.nan and node in branches:
+                continue
             if node in _UNPRINTABLE_ATOMS:
                 raise UnsupportedError(f"{where}: cannot compile the constant {node} (in {expr})")
             continue

@@ -121,3 +121,43 @@ def test_guarded_log_has_no_nan_below_zero(backend, dtype):
 def test_nan_input_propagates(backend, dtype):
     out, (g,) = run(softplus, [np.nan, 1.0], dtype=dtype)
     assert np.isnan(out[0]) and np.isnan(g[0]) and np.isfinite(out[1])
+
+
+# -- found by the property tests (tests/test_properties.py) -----------------------------------------------------
+
+@sg.function
+def sinc_of_sqrt_relu(x):
+    u = sg.where(x > 0, sg.sqrt(x), 0)
+    return sg.where(sg.Ne(u, 0), sg.sin(u) / u, 1)       # SymPy folds 1/u into a branch with 1/0 = zoo
+
+
+@sg.function
+def log1p_exp(x):
+    return sg.log1p(sg.exp(x))                           # rewritten to softplus, like log(1 + exp(x))
+
+
+@sg.function
+def logaddexp_inf(a, b):
+    return sg.logaddexp(a, b)
+
+
+def test_composed_guards_compile_and_stay_finite(backend, dtype):
+    out, (g,) = run(sinc_of_sqrt_relu, [-1.0, 0.0, 1.0, 4.0], dtype=dtype)
+    np.testing.assert_allclose(out, [1.0, 1.0, np.sin(1.0), np.sin(2.0) / 2], rtol=1e-6)
+    want = [0.0, 0.0, (np.cos(1.0) - np.sin(1.0)) / 2, (2 * np.cos(2.0) - np.sin(2.0)) / 16]
+    np.testing.assert_allclose(g, want, rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize("x", [100.0, 1000.0, -1000.0])
+def test_log1p_exp_large(backend, dtype, x):
+    out, (g,) = run(log1p_exp, [x], dtype=dtype)
+    np.testing.assert_allclose(out, [max(x, 0.0)], rtol=1e-6)
+    np.testing.assert_allclose(g, [1.0 if x > 0 else 0.0], atol=1e-30)
+
+
+def test_logaddexp_with_plus_inf(backend, dtype):
+    inf = np.inf
+    out, (ga, gb) = run(logaddexp_inf, [inf, inf, 0.0], [inf, 0.0, inf], dtype=dtype)
+    np.testing.assert_array_equal(out, [inf, inf, inf])
+    np.testing.assert_allclose(ga, [0.5, 1.0, 0.0])
+    np.testing.assert_allclose(gb, [0.5, 0.0, 1.0])

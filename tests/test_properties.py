@@ -63,18 +63,21 @@ EPS = {"float64": 2.0**-52, "float32": 2.0**-23}
 TINY = {"float64": 1e-280, "float32": 1e-30}
 MAX_NODE = mpmath.mpf(1e5)        # |node value| bound: float32 stays far from overflow
 MAX_GRAD = mpmath.mpf(1e7)
-ERR_FACTOR, REL_FACTOR, MARGIN_FACTOR = 16, 8, 64
+ERR_FACTOR, REL_FACTOR, MARGIN_FACTOR = 16, 32, 64
 
 
 # -- dual numbers over mpmath: the naive derivative of every node --------------------------------------------
 
 class D:
-    """Value and gradient (one entry per input) of a node."""
+    """Value and gradient (one entry per input) of a node, and the gradient's magnitude ``a``: the same
+    chain rule over absolute values (the sum of |products| over all paths), so that a gradient that is
+    0 by cancellation (d/dx of x/x) still gets a rounding tolerance proportional to its terms."""
 
-    __slots__ = ("v", "d")
+    __slots__ = ("v", "d", "a")
 
-    def __init__(self, v, d):
+    def __init__(self, v, d, a=None):
         self.v, self.d = v, d
+        self.a = tuple(abs(x) for x in d) if a is None else a
 
 
 class Singular(Exception):
@@ -87,16 +90,25 @@ def _chk(v):
     return v
 
 
+def _val(v):
+    """A node's (or an op's intermediate) value: finite and within range, else the point is not used."""
+    _chk(v)
+    if abs(v) > MAX_NODE:              # also keeps mpmath from exp(1e30) (minutes of argument reduction)
+        raise Singular("value out of range")
+    return v
+
+
 def un(u: D, f: Callable, df: Callable) -> D:
-    v = _chk(f(u.v))
+    v = _val(f(u.v))
     s = df(u.v)
-    return D(v, tuple(_chk(s * du) for du in u.d))
+    return D(v, tuple(_chk(s * du) for du in u.d), tuple(abs(s) * m for m in u.a))
 
 
 def bi(a: D, b: D, f: Callable, da: Callable, db: Callable) -> D:
-    v = _chk(f(a.v, b.v))
+    v = _val(f(a.v, b.v))
     sa, sb = da(a.v, b.v), db(a.v, b.v)
-    return D(v, tuple(_chk(sa * x + sb * y) for x, y in zip(a.d, b.d)))
+    return D(v, tuple(_chk(sa * x + sb * y) for x, y in zip(a.d, b.d)),
+             tuple(abs(sa) * x + abs(sb) * y for x, y in zip(a.a, b.a)))
 
 
 def const(c, n: int) -> D:
@@ -139,7 +151,7 @@ def _add(a, b):
 
 
 def _addc(a, c):
-    return D(_chk(a.v + c), a.d)
+    return D(_val(a.v + c), a.d, a.a)
 
 
 def _mul(a, b):
@@ -168,14 +180,14 @@ def _powg(a, b):
 def _max(a, b, ctx):
     ctx.m(a.v - b.v)
     if a.v == b.v:
-        return D(a.v, tuple((x + y) / 2 for x, y in zip(a.d, b.d)))
+        return D(a.v, tuple((x + y) / 2 for x, y in zip(a.d, b.d)), tuple((x + y) / 2 for x, y in zip(a.a, b.a)))
     return a if a.v > b.v else b
 
 
 def _min(a, b, ctx):
     ctx.m(a.v - b.v)
     if a.v == b.v:
-        return D(a.v, tuple((x + y) / 2 for x, y in zip(a.d, b.d)))
+        return D(a.v, tuple((x + y) / 2 for x, y in zip(a.d, b.d)), tuple((x + y) / 2 for x, y in zip(a.a, b.a)))
     return a if a.v < b.v else b
 
 
@@ -444,8 +456,7 @@ def evaluate(tree, point, prec: int) -> tuple[D, Ctx]:
             r = const(_const_value(t[1]), n)
         else:
             r = OPS[kind].ev(ctx, *(go(c) for c in t[1:]))
-        if abs(r.v) > MAX_NODE:          # also keeps mpmath from exp(1e30) (minutes of argument reduction)
-            raise Singular("node value out of range")
+        _val(r.v)
         ctx.values.append(r.v)
         return r
 
@@ -457,21 +468,31 @@ def evaluate(tree, point, prec: int) -> tuple[D, Ctx]:
 
 
 def make_function(tree, n_inputs: int) -> sg.SymbolicFunction:
-    """The tree as an @sg.function of 1-3 scalar arguments (a closure: compiled by traced content)."""
+    """The tree (or a tuple of trees: one output each) as an @sg.function of 1-3 scalar arguments
+    (a closure: compiled by traced content)."""
+    def body(args):
+        if isinstance(tree, list):
+            return tuple(to_sympy(t, args) for t in tree)
+        return to_sympy(tree, args)
     if n_inputs == 1:
         def prop(x):
-            return to_sympy(tree, (x,))
+            return body((x,))
     elif n_inputs == 2:
         def prop(x, y):
-            return to_sympy(tree, (x, y))
+            return body((x, y))
     else:
         def prop(x, y, z):
-            return to_sympy(tree, (x, y, z))
+            return body((x, y, z))
     return sg.function(prop)
 
 
 def elementary(expr: sympy.Expr) -> sympy.Expr:
-    return expr.replace(lambda e: isinstance(e, _Primitive), lambda e: e._elementary())
+    """symgrad's primitives written out in exp/log/Max/Piecewise (to a fixed point), for mpmath."""
+    for _ in range(20):
+        if not expr.find(lambda e: isinstance(e, _Primitive)):
+            break
+        expr = expr.replace(lambda e: isinstance(e, _Primitive), lambda e: e._elementary())
+    return expr
 
 
 # -- references per point ---------------------------------------------------------------------------------------
@@ -514,7 +535,8 @@ def reference(tree, point: tuple[float, ...]) -> Reference | None:
             ok = all(abs(q) > MARGIN_FACTOR * e + 16 * EPS[dtype] for q, e in zip(ctx.margins, err_m))
         ref.robust[dtype] = ok
         ref.err_value[dtype] = err_v
-        ref.err_grad[dtype] = tuple(err_g)
+        # floor: the gradient's terms (its magnitude over all paths) each carry a rounding error
+        ref.err_grad[dtype] = tuple(max(e, 2 * EPS[dtype] * float(m)) for e, m in zip(err_g, hi.a))
     return ref
 
 
@@ -766,6 +788,27 @@ def test_kinks_ties_and_integers_give_finite_results(case):
                                                       f"{a} vs {b}\n  expression: {to_source(tree)}")
 
 
+def _mp_logaddexp(a, b):
+    if a == b:
+        return a + mp.log(2)
+    return max(a, b) + mp.log1p(mp.exp(-abs(a - b)))
+
+
+#: symgrad's primitives as mpmath functions, for lambdify: no SymPy rewriting (which can turn an untaken
+#: branch such as sqrt(logsigmoid(x)) into complex values) between the expression and its number
+MP_FUNCTIONS = {
+    "sigmoid": _sigmoid, "softplus": lambda x: _mp_logaddexp(mp.mpf(0), x),
+    "logsigmoid": lambda x: -_mp_logaddexp(mp.mpf(0), -x), "logaddexp": _mp_logaddexp,
+    "xlogy": lambda x, y: mp.mpf(0) if x == 0 else x * mp.log(y), "maximum": max, "minimum": min,
+    "log1p": mp.log1p, "expm1": mp.expm1,
+}
+
+
+def mp_value(symbols, expr, args):
+    value = sympy.lambdify(symbols, expr, modules=[MP_FUNCTIONS, "mpmath"])(*args)
+    return mp.mpf(value) if isinstance(value, (int, float)) else value
+
+
 @budget(60)
 @given(st.integers(1, 3).flatmap(lambda n: st.tuples(st.just(n), trees(n), st.tuples(*[coordinate] * n))))
 def test_rewrite_pass_preserves_values(case):
@@ -775,17 +818,77 @@ def test_rewrite_pass_preserves_values(case):
     note(f"expression: {to_source(tree)}")
     symbols = [sympy.Symbol(name, real=True) for name in NAMES[:n]]
     expr = to_sympy(tree, symbols)
-    assume(isinstance(expr, sympy.Expr))
+    assume(isinstance(expr, sympy.Expr) and not expr.has(sympy.zoo, sympy.nan))
     stable = stabilize(expr)
     with mp.workdps(40):
         args = [mp.mpf(p) for p in point]
         try:
-            before = sympy.lambdify(symbols, elementary(expr), modules="mpmath")(*args)
+            before = mp_value(symbols, expr, args)
         except (ZeroDivisionError, ValueError, TypeError, OverflowError):
-            assume(False)
+            before = None
         assume(isinstance(before, mp.mpf) and mp.isfinite(before) and abs(before) < 1e12)
-        after = sympy.lambdify(symbols, elementary(stable), modules="mpmath")(*args)
-        ok = isinstance(after, (mp.mpf, int, float)) and \
-            mp.almosteq(mp.mpf(after), before, rel_eps=1e-25, abs_eps=1e-25)
-    assert ok, (f"stabilize changed the value at {dict(zip(NAMES, point))}: {before} -> {after}\n"
+        after = mp_value(symbols, stable, args)
+        ok = isinstance(after, mp.mpf) and mp.almosteq(after, before, rel_eps=1e-25, abs_eps=1e-25)
+        diff = mp.nstr(after - before, 5) if isinstance(after, mp.mpf) else "-"
+    assert ok, (f"stabilize changed the value at {dict(zip(NAMES, point))}: {before} -> {after} ({diff})\n"
                 f"  expression: {to_source(tree)}\n  before: {expr}\n  after:  {stable}")
+
+
+@budget(6)
+@given(st.integers(1, 3).flatmap(lambda n: st.tuples(
+    st.just(n), trees(n, budget=16), trees(n, budget=16), st.lists(st.tuples(*[coordinate] * n), max_size=2))))
+def test_multi_output_jacobian_vjp_and_jvp_agree(case):
+    """A function returning two trees: every Jacobian row, the vjp of a mixed cotangent and the jvp of a
+    mixed tangent match the per-output references, on every backend and dtype (the Jacobian program runs
+    one reverse pass per output over the same forward program)."""
+    n, tree0, tree1, points = case
+    note(f"expressions: ({to_source(tree0)}, {to_source(tree1)})")
+    pairs = []
+    for p in points + [q[:n] for q in FIXED_POINTS]:
+        p = tuple(float(v) for v in p)
+        r0, r1 = reference(tree0, p), reference(tree1, p)
+        if r0 is not None and r1 is not None and r0.robust["float64"] and r1.robust["float64"]:
+            pairs.append((r0, r1))
+    assume(pairs)
+    fn = make_function([tree0, tree1], n)
+    compiled = fn.compiled()
+    names = compiled.arg_names
+    cot, tan = (1.0, -0.5), (1.0, 0.5, -0.25)[:n]
+    for backend in BACKENDS:
+        for dtype in DTYPES:
+            use = [k for k, (r0, r1) in enumerate(pairs) if r0.robust[dtype] and r1.robust[dtype]]
+            if not use:
+                continue
+            cols = [np.array([pairs[k][0].point[i] for k in use], dtype=dtype) for i in range(n)]
+            ones = np.ones(len(use), dtype)
+            previous = sg.get_backend()
+            sg.set_backend(backend)
+            try:
+                outs, jac = compiled.value_and_jacobian(*cols)
+                grads = compiled.vjp(*cols, cot[0] * ones, cot[1] * ones)
+                _, tangents = compiled.jvp(tuple(cols), tuple(t * ones for t in tan))
+            finally:
+                sg.set_backend(previous)
+            failures = []
+            for j, k in enumerate(use):
+                refs = pairs[k]
+
+                def check(what, got, want, err):
+                    tol = tolerance(want, err, dtype)
+                    if not abs(float(got) - want) <= tol:
+                        failures.append(f"[{backend} {dtype}] {what} at {dict(zip(NAMES, refs[0].point))}: "
+                                        f"got {float(got)!r}, want {want!r} (tol {tol:.3g})")
+                for o, r in enumerate(refs):
+                    check(f"output {o}", outs[o][j], r.value, r.err_value[dtype])
+                    check(f"jvp tangent of output {o}", tangents[o][j], sum(t * g for t, g in zip(tan, r.grad)),
+                          sum(abs(t) * e for t, e in zip(tan, r.err_grad[dtype])))
+                    for i, name in enumerate(names):
+                        check(f"jacobian[{o}, {i}] (d out{o}/d{name})", jac[j, o, i], r.grad[i],
+                              r.err_grad[dtype][i])
+                for i, name in enumerate(names):
+                    check(f"vjp grad_{name} for cotangents {cot}", grads[i][j],
+                          sum(c * r.grad[i] for c, r in zip(cot, refs)),
+                          sum(abs(c) * r.err_grad[dtype][i] for c, r in zip(cot, refs)))
+            assert not failures, "\n".join(failures[:6]) + (
+                f"\n  expressions: ({to_source(tree0)}, {to_source(tree1)})\n  traced: {fn.trace()}\n"
+                f"  derivatives: {compiled.derivatives}")

@@ -70,6 +70,20 @@ static inline float sg_softplus_f32(float x)
     return (x > 0.0F ? x : 0.0F) + log1pf(expf(-fabsf(x)));
 }
 
+/* cos(x) as cos(x + 0): otherwise gcc fuses sin(x) and cos(x) into sincos(), which has no vector version
+   and stops the loop from vectorizing (x + 0 only turns -0 into +0, and cos is even) */
+static inline double sg_cos_f64(double x)
+{
+    return cos(x + 0.0);
+}
+
+/* cos(x) as cos(x + 0): otherwise gcc fuses sin(x) and cos(x) into sincos(), which has no vector version
+   and stops the loop from vectorizing (x + 0 only turns -0 into +0, and cos is even) */
+static inline float sg_cos_f32(float x)
+{
+    return cosf(x + 0.0F);
+}
+
 /* ---- square [model.py:10] ----
    out = x**2
    vjp x: 2*grad*x */
@@ -131,7 +145,7 @@ void square__value_and_jacobian_f64(int64_t n,
     SG_LOOP(200000)
     for (int64_t i = 0; i < n; ++i) {
         out[i] = x[i]*x[i];  /* out = x**2 */
-        jacobian[i*1 + 0] = 2.0*x[i];
+        jacobian[i] = 2.0*x[i];
     }
 }
 
@@ -190,7 +204,7 @@ void square__value_and_jacobian_f32(int64_t n,
     SG_LOOP(200000)
     for (int64_t i = 0; i < n; ++i) {
         out[i] = x[i]*x[i];  /* out = x**2 */
-        jacobian[i*1 + 0] = 2.0F*x[i];
+        jacobian[i] = 2.0F*x[i];
     }
 }
 
@@ -255,7 +269,7 @@ void neo_relu__value_and_jacobian_f64(int64_t n,
     SG_LOOP(200000)
     for (int64_t i = 0; i < n; ++i) {
         out[i] = (x[i] > 0.0 ? x[i] : -0.1);  /* out = where(x > 0, x, -0.1) */
-        jacobian[i*1 + 0] = (x[i] > 0.0 ? 1.0 : 0.0);
+        jacobian[i] = (x[i] > 0.0 ? 1.0 : 0.0);
     }
 }
 
@@ -314,7 +328,7 @@ void neo_relu__value_and_jacobian_f32(int64_t n,
     SG_LOOP(200000)
     for (int64_t i = 0; i < n; ++i) {
         out[i] = (x[i] > 0.0F ? x[i] : -0.1F);  /* out = where(x > 0, x, -0.1) */
-        jacobian[i*1 + 0] = (x[i] > 0.0F ? 1.0F : 0.0F);
+        jacobian[i] = (x[i] > 0.0F ? 1.0F : 0.0F);
     }
 }
 
@@ -379,7 +393,7 @@ void softplus__value_and_jacobian_f64(int64_t n,
     SG_LOOP(200000)
     for (int64_t i = 0; i < n; ++i) {
         out[i] = sg_softplus_f64(x[i]);  /* out = softplus(x) */
-        jacobian[i*1 + 0] = sg_sigmoid_f64(x[i]);
+        jacobian[i] = sg_sigmoid_f64(x[i]);
     }
 }
 
@@ -438,7 +452,7 @@ void softplus__value_and_jacobian_f32(int64_t n,
     SG_LOOP(200000)
     for (int64_t i = 0; i < n; ++i) {
         out[i] = sg_softplus_f32(x[i]);  /* out = softplus(x) */
-        jacobian[i*1 + 0] = sg_sigmoid_f32(x[i]);
+        jacobian[i] = sg_sigmoid_f32(x[i]);
     }
 }
 
@@ -464,7 +478,7 @@ void blend__value_and_vjp_f64(int64_t n,
         const double t4 = t3*sin(x[i]);
         out[i] = t4 + log1p(t2);  /* out = log1p(x**2*y**2) + exp(-y**2)*sin(x) */
         const double t5 = 1.0/(t2 + 1.0);
-        grad_x[i] = grad[i]*(2.0*t0*t5*x[i] + t3*cos(x[i]));  /* grad_x = d(out)/dx . grad */
+        grad_x[i] = grad[i]*(2.0*t0*t5*x[i] + t3*sg_cos_f64(x[i]));  /* grad_x = d(out)/dx . grad */
         grad_y[i] = 2.0*grad[i]*y[i]*(t1*t5 - t4);  /* grad_y = d(out)/dy . grad */
     }
 }
@@ -493,7 +507,7 @@ void blend__vjp_f64(int64_t n,
         const double t1 = x[i]*x[i];
         const double t3 = exp(-t0);
         const double t5 = 1.0/(t0*t1 + 1.0);
-        grad_x[i] = grad[i]*(2.0*t0*t5*x[i] + t3*cos(x[i]));  /* grad_x = d(out)/dx . grad */
+        grad_x[i] = grad[i]*(2.0*t0*t5*x[i] + t3*sg_cos_f64(x[i]));  /* grad_x = d(out)/dx . grad */
         grad_y[i] = 2.0*grad[i]*y[i]*(t1*t5 - t3*sin(x[i]));  /* grad_y = d(out)/dy . grad */
     }
 }
@@ -516,7 +530,7 @@ void blend__jvp_f64(int64_t n,
         const double t4 = t3*sin(x[i]);
         out[i] = t4 + log1p(t2);  /* out = log1p(x**2*y**2) + exp(-y**2)*sin(x) */
         const double t5 = 1.0/(t2 + 1.0);
-        jvp_out[i] = tangent_x[i]*(2.0*t0*t5*x[i] + t3*cos(x[i])) + 2.0*tangent_y[i]*y[i]*(t1*t5 - t4);
+        jvp_out[i] = tangent_x[i]*(2.0*t0*t5*x[i] + t3*sg_cos_f64(x[i])) + 2.0*tangent_y[i]*y[i]*(t1*t5 - t4);
     }
 }
 
@@ -536,7 +550,7 @@ void blend__value_and_jacobian_f64(int64_t n,
         const double t4 = t3*sin(x[i]);
         out[i] = t4 + log1p(t2);  /* out = log1p(x**2*y**2) + exp(-y**2)*sin(x) */
         const double t5 = 1.0/(t2 + 1.0);
-        jacobian[i*2 + 0] = 2.0*t0*t5*x[i] + t3*cos(x[i]);
+        jacobian[i*2 + 0] = 2.0*t0*t5*x[i] + t3*sg_cos_f64(x[i]);
         jacobian[i*2 + 1] = 2.0*y[i]*(t1*t5 - t4);
     }
 }
@@ -559,7 +573,7 @@ void blend__value_and_vjp_f32(int64_t n,
         const float t4 = t3*sinf(x[i]);
         out[i] = t4 + log1pf(t2);  /* out = log1p(x**2*y**2) + exp(-y**2)*sin(x) */
         const float t5 = 1.0F/(t2 + 1.0F);
-        grad_x[i] = grad[i]*(2.0F*t0*t5*x[i] + t3*cosf(x[i]));  /* grad_x = d(out)/dx . grad */
+        grad_x[i] = grad[i]*(2.0F*t0*t5*x[i] + t3*sg_cos_f32(x[i]));  /* grad_x = d(out)/dx . grad */
         grad_y[i] = 2.0F*grad[i]*y[i]*(t1*t5 - t4);  /* grad_y = d(out)/dy . grad */
     }
 }
@@ -588,7 +602,7 @@ void blend__vjp_f32(int64_t n,
         const float t1 = x[i]*x[i];
         const float t3 = expf(-t0);
         const float t5 = 1.0F/(t0*t1 + 1.0F);
-        grad_x[i] = grad[i]*(2.0F*t0*t5*x[i] + t3*cosf(x[i]));  /* grad_x = d(out)/dx . grad */
+        grad_x[i] = grad[i]*(2.0F*t0*t5*x[i] + t3*sg_cos_f32(x[i]));  /* grad_x = d(out)/dx . grad */
         grad_y[i] = 2.0F*grad[i]*y[i]*(t1*t5 - t3*sinf(x[i]));  /* grad_y = d(out)/dy . grad */
     }
 }
@@ -611,7 +625,7 @@ void blend__jvp_f32(int64_t n,
         const float t4 = t3*sinf(x[i]);
         out[i] = t4 + log1pf(t2);  /* out = log1p(x**2*y**2) + exp(-y**2)*sin(x) */
         const float t5 = 1.0F/(t2 + 1.0F);
-        jvp_out[i] = tangent_x[i]*(2.0F*t0*t5*x[i] + t3*cosf(x[i])) + 2.0F*tangent_y[i]*y[i]*(t1*t5 - t4);
+        jvp_out[i] = tangent_x[i]*(2.0F*t0*t5*x[i] + t3*sg_cos_f32(x[i])) + 2.0F*tangent_y[i]*y[i]*(t1*t5 - t4);
     }
 }
 
@@ -631,7 +645,7 @@ void blend__value_and_jacobian_f32(int64_t n,
         const float t4 = t3*sinf(x[i]);
         out[i] = t4 + log1pf(t2);  /* out = log1p(x**2*y**2) + exp(-y**2)*sin(x) */
         const float t5 = 1.0F/(t2 + 1.0F);
-        jacobian[i*2 + 0] = 2.0F*t0*t5*x[i] + t3*cosf(x[i]);
+        jacobian[i*2 + 0] = 2.0F*t0*t5*x[i] + t3*sg_cos_f32(x[i]);
         jacobian[i*2 + 1] = 2.0F*y[i]*(t1*t5 - t4);
     }
 }
@@ -708,7 +722,7 @@ void gelu_tanh__value_and_jacobian_f64(int64_t n,
         const double t1 = sqrt(2.0)/sqrt(3.141592653589793);
         const double t2 = tanh(t1*(0.044715*x[i]*x[i]*x[i] + x[i]));
         out[i] = t0*(t2 + 1.0);  /* out = 0.5*x*(tanh(sqrt(2)*(0.044715*x**3 + x)/sqrt(pi)) + 1) */
-        jacobian[i*1 + 0] = t0*t1*(1.0 - (t2*t2))*(0.134145*x[i]*x[i] + 1.0) + 0.5*t2 + 0.5;
+        jacobian[i] = t0*t1*(1.0 - (t2*t2))*(0.134145*x[i]*x[i] + 1.0) + 0.5*t2 + 0.5;
     }
 }
 
@@ -781,7 +795,7 @@ void gelu_tanh__value_and_jacobian_f32(int64_t n,
         const float t1 = sqrtf(2.0F)/sqrtf(3.1415927F);
         const float t2 = tanhf(t1*(0.044715F*x[i]*x[i]*x[i] + x[i]));
         out[i] = t0*(t2 + 1.0F);  /* out = 0.5*x*(tanh(sqrt(2)*(0.044715*x**3 + x)/sqrt(pi)) + 1) */
-        jacobian[i*1 + 0] = t0*t1*(1.0F - (t2*t2))*(0.134145F*x[i]*x[i] + 1.0F) + 0.5F*t2 + 0.5F;
+        jacobian[i] = t0*t1*(1.0F - (t2*t2))*(0.134145F*x[i]*x[i] + 1.0F) + 0.5F*t2 + 0.5F;
     }
 }
 
@@ -803,7 +817,7 @@ void polar__value_and_vjp_f64(int64_t n,
 {
     SG_LOOP(181818)
     for (int64_t i = 0; i < n; ++i) {
-        const double t0 = cos(theta[i]);
+        const double t0 = sg_cos_f64(theta[i]);
         out0[i] = r[i]*t0;  /* out0 = r*cos(theta) */
         const double t1 = sin(theta[i]);
         const double t2 = r[i]*t1;
@@ -822,7 +836,7 @@ void polar__forward_f64(int64_t n,
 {
     SG_LOOP(200000)
     for (int64_t i = 0; i < n; ++i) {
-        out0[i] = r[i]*cos(theta[i]);  /* out0 = r*cos(theta) */
+        out0[i] = r[i]*sg_cos_f64(theta[i]);  /* out0 = r*cos(theta) */
         out1[i] = r[i]*sin(theta[i]);  /* out1 = r*sin(theta) */
     }
 }
@@ -838,7 +852,7 @@ void polar__vjp_f64(int64_t n,
 {
     SG_LOOP(200000)
     for (int64_t i = 0; i < n; ++i) {
-        const double t0 = cos(theta[i]);
+        const double t0 = sg_cos_f64(theta[i]);
         const double t1 = sin(theta[i]);
         grad_r[i] = grad_out0[i]*t0 + grad_out1[i]*t1;  /* grad_r = d(out0, out1)/dr . grad */
         grad_theta[i] = -grad_out0[i]*r[i]*t1 + grad_out1[i]*r[i]*t0;  /* grad_theta = d(out0, out1)/dtheta . grad */
@@ -858,7 +872,7 @@ void polar__jvp_f64(int64_t n,
 {
     SG_LOOP(200000)
     for (int64_t i = 0; i < n; ++i) {
-        const double t0 = cos(theta[i]);
+        const double t0 = sg_cos_f64(theta[i]);
         const double t1 = r[i]*t0;
         out0[i] = t1;  /* out0 = r*cos(theta) */
         const double t2 = sin(theta[i]);
@@ -879,7 +893,7 @@ void polar__value_and_jacobian_f64(int64_t n,
 {
     SG_LOOP(200000)
     for (int64_t i = 0; i < n; ++i) {
-        const double t0 = cos(theta[i]);
+        const double t0 = sg_cos_f64(theta[i]);
         const double t1 = r[i]*t0;
         out0[i] = t1;  /* out0 = r*cos(theta) */
         const double t2 = sin(theta[i]);
@@ -905,7 +919,7 @@ void polar__value_and_vjp_f32(int64_t n,
 {
     SG_LOOP(181818)
     for (int64_t i = 0; i < n; ++i) {
-        const float t0 = cosf(theta[i]);
+        const float t0 = sg_cos_f32(theta[i]);
         out0[i] = r[i]*t0;  /* out0 = r*cos(theta) */
         const float t1 = sinf(theta[i]);
         const float t2 = r[i]*t1;
@@ -924,7 +938,7 @@ void polar__forward_f32(int64_t n,
 {
     SG_LOOP(200000)
     for (int64_t i = 0; i < n; ++i) {
-        out0[i] = r[i]*cosf(theta[i]);  /* out0 = r*cos(theta) */
+        out0[i] = r[i]*sg_cos_f32(theta[i]);  /* out0 = r*cos(theta) */
         out1[i] = r[i]*sinf(theta[i]);  /* out1 = r*sin(theta) */
     }
 }
@@ -940,7 +954,7 @@ void polar__vjp_f32(int64_t n,
 {
     SG_LOOP(200000)
     for (int64_t i = 0; i < n; ++i) {
-        const float t0 = cosf(theta[i]);
+        const float t0 = sg_cos_f32(theta[i]);
         const float t1 = sinf(theta[i]);
         grad_r[i] = grad_out0[i]*t0 + grad_out1[i]*t1;  /* grad_r = d(out0, out1)/dr . grad */
         grad_theta[i] = -grad_out0[i]*r[i]*t1 + grad_out1[i]*r[i]*t0;  /* grad_theta = d(out0, out1)/dtheta . grad */
@@ -960,7 +974,7 @@ void polar__jvp_f32(int64_t n,
 {
     SG_LOOP(200000)
     for (int64_t i = 0; i < n; ++i) {
-        const float t0 = cosf(theta[i]);
+        const float t0 = sg_cos_f32(theta[i]);
         const float t1 = r[i]*t0;
         out0[i] = t1;  /* out0 = r*cos(theta) */
         const float t2 = sinf(theta[i]);
@@ -981,7 +995,7 @@ void polar__value_and_jacobian_f32(int64_t n,
 {
     SG_LOOP(200000)
     for (int64_t i = 0; i < n; ++i) {
-        const float t0 = cosf(theta[i]);
+        const float t0 = sg_cos_f32(theta[i]);
         const float t1 = r[i]*t0;
         out0[i] = t1;  /* out0 = r*cos(theta) */
         const float t2 = sinf(theta[i]);
