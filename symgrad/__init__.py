@@ -21,8 +21,8 @@ __version__ = "0.1.0"
 from .backends import available as available_backends  # noqa: E402
 from .backends import get_backend_name as get_backend  # noqa: E402
 from .backends import set_backend  # noqa: E402
-from .errors import (ArgumentError, CompileError, ExpressionTooLarge, ModelError, SymgradError,  # noqa: E402
-                     UnsupportedError)
+from .errors import (ArgumentError, CompileError, ExpressionTooLarge, ModelError, PackageError,  # noqa: E402
+                     SymgradError, UnsupportedError)
 
 _MATH = (
     "Abs", "Eq", "Max", "Min", "Ne", "Piecewise", "And", "Or", "Not", "abs", "acos", "acosh", "asin", "asinh",
@@ -57,4 +57,4 @@ def __dir__() -> list[str]:
 
 
 __all__ = ["set_backend", "get_backend", "available_backends", "SymgradError", "ModelError", "UnsupportedError",
-           "ArgumentError", "CompileError", "ExpressionTooLarge", *_LAZY, *_RUNTIME, *_SUBMODULES]
+           "ArgumentError", "CompileError", "ExpressionTooLarge", "PackageError", *_LAZY, *_RUNTIME, *_SUBMODULES]

@@ -10,6 +10,7 @@ import functools
 import hashlib
 import importlib.util
 import json
+import shutil
 import sys
 import traceback
 from dataclasses import dataclass, field
@@ -19,7 +20,7 @@ from typing import TYPE_CHECKING, Callable, Sequence
 import emitters
 
 from . import __version__
-from .cache import publish_dir, staging_dir
+from .cache import digest_text, publish_dir, staging_dir
 from .errors import ModelError
 
 if TYPE_CHECKING:  # SymPy is imported only when something is actually (re)built
@@ -118,7 +119,18 @@ class BuildResult:
 def write_package(kernels: Sequence[Kernel], dest: Path, source: str, src_hash: str) -> None:
     info = emitters.ModelInfo(source=source, symgrad_version=__version__)
     stage = staging_dir(dest.parent, dest.name)
+    try:
+        _write_files(kernels, stage, info, source, src_hash)
+        publish_dir(stage, dest)
+    except BaseException:                # Ctrl-C included: no half-written staging directory is left behind
+        shutil.rmtree(stage, ignore_errors=True)
+        raise
+
+
+def _write_files(kernels: Sequence[Kernel], stage: Path, info: emitters.ModelInfo, source: str,
+                 src_hash: str) -> None:
     files: dict[str, str] = {}
+    digests: dict[str, str] = {}
     per_function: dict[str, dict[str, str]] = {k.name: {} for k in kernels}
     digest = hashlib.sha256(src_hash.encode())
     for name in emitters.names():
@@ -127,23 +139,36 @@ def write_package(kernels: Sequence[Kernel], dest: Path, source: str, src_hash: 
         (stage / emitter.filename).write_text(text)
         digest.update(text.encode())
         files[name] = emitter.filename
+        digests[emitter.filename] = digest_text(text)
         for k in kernels:
             per_function[k.name][name] = emitter.emit_function(k)
     manifest = {
         "symgrad_version": __version__, "source": source, "source_hash": src_hash,
-        "package_hash": digest.hexdigest(), "files": files,
+        "package_hash": digest.hexdigest(), "files": files, "digests": digests,
         "functions": [kernel_manifest(k, per_function[k.name]) for k in kernels],
     }
     (stage / MANIFEST).write_text(json.dumps(manifest, indent=1))
-    (stage / "__init__.py").write_text(_INIT.format(version=__version__, source=emitters.one_line(source)))
-    publish_dir(stage, dest)
+    # the file name goes into a docstring: no double quote may close it early (names may contain anything)
+    (stage / "__init__.py").write_text(_INIT.format(version=__version__,
+                                                    source=emitters.one_line(source).replace('"', "'")))
 
 
-def read_manifest(dest: Path) -> dict | None:
+def intact_manifest(dest: Path) -> dict | None:
+    """The manifest of the package at ``dest`` if it and every generated file are exactly what symgrad wrote
+    (digests recorded at build time); None when anything is missing, truncated or edited."""
     try:
-        return json.loads((dest / MANIFEST).read_text())
-    except (OSError, ValueError):
+        manifest = json.loads((dest / MANIFEST).read_text())
+        files, digests = manifest["files"], manifest["digests"]
+        if not isinstance(manifest["functions"], list) or not isinstance(manifest["source_hash"], str):
+            return None
+        for filename in files.values():
+            if digest_text((dest / filename).read_text()) != digests[filename]:
+                return None
+        if not (dest / "__init__.py").is_file():
+            return None
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, UnicodeDecodeError):
         return None
+    return manifest
 
 
 def compile_model(path: str | Path, out_dir: str | Path | None = None, *, force: bool = False,
@@ -156,9 +181,8 @@ def compile_model(path: str | Path, out_dir: str | Path | None = None, *, force:
         raise ModelError(f"{path}: cannot read the model file ({exc.strerror})") from None
     dest = Path(out_dir) if out_dir else path.parent / f"{path.stem}_symgrad"
     src_hash = source_hash(text)
-    old = read_manifest(dest)
-    if not force and old is not None and old.get("source_hash") == src_hash and \
-            all((dest / f).exists() for f in old.get("files", {}).values()):
+    old = intact_manifest(dest)
+    if not force and old is not None and old["source_hash"] == src_hash:
         return BuildResult(dest, rebuilt=False)
     from .lower import lower
     functions = load_model(path)

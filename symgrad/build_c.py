@@ -153,8 +153,11 @@ def load(source: str, cdef: str, label: str = "kernels.c") -> ModuleType:
     for attempt in range(2):
         so = entry / _so_name(key)
         if not so.exists():
+            if entry.exists():           # an entry without its module (deleted by hand, or a crash)
+                _remove(entry)
             _build(source, cdef, tc, key, cdir, label)
         try:
+            _verify(entry, so)           # dlopen of a truncated .so can crash the process (SIGBUS)
             return _import(name, so)
         except ImportError as exc:
             if attempt:
@@ -164,6 +167,21 @@ def load(source: str, cdef: str, label: str = "kernels.c") -> ModuleType:
                 print(f"symgrad: cache entry {entry} is broken ({exc}); rebuilding", file=sys.stderr)
             _remove(entry)
     raise AssertionError("unreachable")
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _verify(entry: Path, so: Path) -> None:
+    """Raise ImportError unless ``so`` is byte-for-byte what the build recorded in build.json."""
+    try:
+        recorded = json.loads((entry / "build.json").read_text())["so_sha256"]
+        ok = recorded == _digest(so)
+    except (OSError, ValueError, KeyError):
+        ok = False
+    if not ok:
+        raise ImportError(f"{so} does not match the digest recorded when it was built")
 
 
 def _build(source: str, cdef: str, tc: Toolchain, key: str, cdir: Path, label: str) -> None:
@@ -201,7 +219,7 @@ def _build(source: str, cdef: str, tc: Toolchain, key: str, cdir: Path, label: s
     if failed_step is not None:
         _fail(tmp, cdir, key, label, *failed_step)
     (tmp / "build.json").write_text(json.dumps(
-        {"key": key, "label": label, "commands": [*steps, link],
+        {"key": key, "label": label, "so_sha256": _digest(tmp / _so_name(key)), "commands": [*steps, link],
          "seconds": round(time.perf_counter() - started, 3), "toolchain": asdict(tc), "created": time.time()},
         indent=1))
     for leftover in ("kernels.o", "wrapper.o"):

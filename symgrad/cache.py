@@ -1,9 +1,13 @@
 """Where symgrad keeps compiled artifacts, and how it writes them without ever exposing half a file."""
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import os
 import shutil
+import signal
 import tempfile
+import threading
 import warnings
 from pathlib import Path
 
@@ -30,11 +34,37 @@ def cache_root() -> Path:
         return _fallback
 
 
+def digest_text(text: str) -> str:
+    """The digest recorded for a generated file, to detect truncated or edited files before trusting them."""
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+@contextlib.contextmanager
+def _sigint_deferred():
+    """Hold SIGINT back (delivered on exit) so that Ctrl-C cannot fall between two renames."""
+    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "pthread_sigmask"):
+        yield
+        return
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
 def publish_dir(build: Path, dest: Path) -> None:
     """Atomically move the finished directory ``build`` to ``dest`` (replacing an older one).
 
-    Readers see the old complete directory or the new complete one, never a mix."""
+    Readers see the old complete directory or the new complete one, never a mix; an interrupt leaves one
+    of the two in place."""
     dest.parent.mkdir(parents=True, exist_ok=True)
+    with _sigint_deferred():
+        _swap_in(build, dest)
+    for old in dest.parent.glob(f".old-{dest.name}-*"):
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def _swap_in(build: Path, dest: Path) -> None:
     if dest.exists():
         trash = Path(tempfile.mkdtemp(dir=dest.parent, prefix=f".old-{dest.name}-"))
         try:
@@ -47,8 +77,6 @@ def publish_dir(build: Path, dest: Path) -> None:
         if not dest.exists():         # a concurrent writer won the race with identical content otherwise
             raise
         shutil.rmtree(build, ignore_errors=True)
-    for old in dest.parent.glob(f".old-{dest.name}-*"):
-        shutil.rmtree(old, ignore_errors=True)
 
 
 def staging_dir(parent: Path, name: str) -> Path:

@@ -24,3 +24,7 @@ class CompileError(SymgradError):
 
 class ExpressionTooLarge(SymgradError):
     """A traced function exceeds the size limit (``SYMGRAD_MAX_OPS``) before derivation starts."""
+
+
+class PackageError(SymgradError):
+    """A compiled package is damaged (a file truncated or edited) or was written by an older symgrad."""

@@ -9,7 +9,7 @@ import types
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .build import compile_model, read_manifest, source_hash, write_package
+from .build import compile_model, intact_manifest, source_hash, write_package
 from .cache import cache_root
 from .compiled import CompiledFunction, load_package
 
@@ -46,6 +46,6 @@ def compile_function(fn: "SymbolicFunction") -> CompiledFunction:
                             [(o.shape, [sympy.srepr(e) for e in o.exprs]) for o in spec.outputs],
                             spec.returns_tuple)).encode())
     dest = cache_root() / "jit" / f"{spec.name}-{key[:16]}"
-    if read_manifest(dest) is None:
+    if intact_manifest(dest) is None:
         write_package([lower(spec)], dest, spec.origin, key)
     return load_package(dest)[spec.name]

@@ -15,6 +15,9 @@ from typing import Callable, Protocol
 
 import numpy as np
 
+from ..cache import digest_text
+from ..errors import PackageError
+
 Run = Callable[[tuple, tuple], tuple]
 
 
@@ -30,9 +33,30 @@ class Package:
 
     @cached_property
     def manifest(self) -> dict:
-        return json.loads((self.path / "manifest.json").read_text())
+        try:
+            manifest = json.loads((self.path / "manifest.json").read_text())
+            manifest["functions"], manifest["digests"]
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise PackageError(f"{self.path} is not a usable symgrad package (manifest.json: {exc}); "
+                               "rerun `symgrad compile` on its model") from None
+        return manifest
+
+    def read(self, emitter: str) -> str:
+        """The text of the file ``emitter`` generated, after checking it against the recorded digest."""
+        filename = self.manifest["files"][emitter]
+        try:
+            text = (self.path / filename).read_text()
+        except (OSError, UnicodeDecodeError) as exc:
+            text, problem = None, str(exc)
+        else:
+            problem = "truncated or edited since it was generated"
+        if text is None or digest_text(text) != self.manifest["digests"].get(filename):
+            raise PackageError(f"{self.path / filename}: {problem}; rerun `symgrad compile` on its model")
+        return text
 
     def file(self, emitter: str) -> Path:
+        """The path of the file ``emitter`` generated, checked as in ``read``."""
+        self.read(emitter)
         return self.path / self.manifest["files"][emitter]
 
 

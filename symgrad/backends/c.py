@@ -46,9 +46,10 @@ class CKernels:
         if "c" not in manifest.get("files", {}):
             raise BackendUnavailable(f"{package.path} has no C kernels (recompile it with symgrad)")
         os.environ.setdefault("OMP_WAIT_POLICY", "passive")      # before libgomp loads; see the docstring
-        source = package.file("c").read_text()
+        source = package.read("c")
         self.module = build_c.load(source, build_c.cdef_from_manifest(manifest),
-                                   label=f"{manifest.get('source', package.path.name)} ({package.file('c')})")
+                                   label=f"{manifest.get('source', package.path.name)} "
+                                         f"({package.path / manifest['files']['c']})")
         if self.module not in _loaded:
             _loaded.append(self.module)
         self.ffi, self.lib = self.module.ffi, self.module.lib

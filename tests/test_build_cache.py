@@ -1,0 +1,426 @@
+"""The build cache under stress, end to end (model file -> package -> C module), in fresh processes.
+
+- N = 4 processes compiling the same model at once (``sg.compile`` into one fresh ``SYMGRAD_CACHE_DIR``,
+  and ``symgrad compile`` into one output directory) all succeed and agree;
+- a truncated or corrupted entry (the C extension, a package's ``manifest.json``, its ``kernels_numpy.py``)
+  is detected and rebuilt;
+- a read-only cache directory falls back to a temporary one, with one warning;
+- ``symgrad compile`` interrupted by SIGINT (while deriving, or while writing the package) leaves the
+  previous package intact, or none, and no staging directories behind.
+"""
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+N_PROCESSES = 4
+
+MODEL = textwrap.dedent("""\
+    import symgrad as sg
+
+    @sg.function
+    def softplus(x):
+        return sg.log(1 + sg.exp(x))
+
+    @sg.function
+    def blend(x, y):
+        return sg.sin(x) * sg.exp(-y**2) + sg.log(1 + x**2 * y**2)
+""")
+X = [-2.0, -0.5, 0.0, 0.5, 3.0]
+
+
+def _expected():
+    x = np.array(X)
+    return {"softplus": np.log1p(np.exp(x)).tolist(),
+            "blend": (np.sin(x) * np.exp(-x**2) + np.log1p(x**4)).tolist()}
+
+
+def env_for(cache: Path | str, **extra) -> dict:
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+               SYMGRAD_CACHE_DIR=str(cache))
+    env.update(extra)
+    return env
+
+
+def _seed_toolchain(cache: Path) -> None:
+    """Copy this machine's toolchain probe into a fresh cache (probing costs a second per process)."""
+    from symgrad import build_c
+    shared = build_c.cache_root() / "c"
+    (cache / "c").mkdir(parents=True, exist_ok=True)
+    for probe in shared.glob(".toolchain-*.json"):
+        (cache / "c" / probe.name).write_bytes(probe.read_bytes())
+
+
+# -- concurrent compiles --------------------------------------------------------------------------------------
+
+def _compile_and_run(model: str, cache: str, start: str, backend: str) -> dict:
+    """One worker process: wait for the start signal, then compile the model and run it."""
+    os.environ["SYMGRAD_CACHE_DIR"] = cache
+    sys.path.insert(0, str(ROOT))
+    import symgrad as sg
+    while not os.path.exists(start):
+        time.sleep(0.001)
+    module = sg.compile(model)
+    sg.set_backend(backend)
+    x = np.array(X)
+    return {"softplus": module.softplus(x).tolist(), "blend": module.blend(x, x).tolist(),
+            "backend": module.softplus.backend}
+
+
+@pytest.mark.parametrize("backend", ["c", "numpy"])
+def test_processes_compiling_the_same_model_at_once_all_succeed(tmp_path, backend):
+    model = tmp_path / "model.py"
+    model.write_text(MODEL)
+    cache = tmp_path / "cache"
+    _seed_toolchain(cache)
+    start = tmp_path / "go"
+    ctx = multiprocessing.get_context("spawn")
+    with ctx.Pool(N_PROCESSES) as pool:
+        pending = [pool.apply_async(_compile_and_run, (str(model), str(cache), str(start), backend))
+                   for _ in range(N_PROCESSES)]
+        time.sleep(1.5)                          # all four imported symgrad and wait at the start line
+        start.write_text("go")
+        results = [p.get(timeout=600) for p in pending]
+    want = _expected()
+    for r in results:
+        assert r["backend"] == backend
+        np.testing.assert_allclose(r["softplus"], want["softplus"], rtol=1e-12)
+        np.testing.assert_allclose(r["blend"], want["blend"], rtol=1e-12)
+    packages = [p for p in (cache / "models").iterdir() if not p.name.startswith(".")]
+    assert len(packages) == 1
+    leftovers = [p.name for d in (cache / "models", cache / "c") if d.is_dir() for p in d.iterdir()
+                 if p.name.startswith((".tmp-", ".old-", ".trash-"))]
+    assert not leftovers
+    if backend == "c":
+        assert len([p for p in (cache / "c").iterdir() if (p / "build.json").exists()]) == 1
+
+
+def test_cli_compiles_into_one_output_directory_at_once(tmp_path):
+    (tmp_path / "model.py").write_text(MODEL)
+    start = tmp_path / "go"
+    code = ("import os, sys, time\n"
+            f"while not os.path.exists({str(start)!r}): time.sleep(0.001)\n"
+            "from symgrad.cli import main\n"
+            "sys.exit(main(['compile', 'model.py', '--force']))\n")
+    procs = [subprocess.Popen([sys.executable, "-c", code], cwd=tmp_path, env=env_for(tmp_path / "cache"),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for _ in range(N_PROCESSES)]
+    time.sleep(1.0)
+    start.write_text("go")
+    for p in procs:
+        out, err = p.communicate(timeout=600)
+        assert p.returncode == 0, err
+    manifest = json.loads((tmp_path / "model_symgrad" / "manifest.json").read_text())
+    assert [f["name"] for f in manifest["functions"]] == ["softplus", "blend"]
+    assert not _staging_leftovers(tmp_path)
+    r = subprocess.run([sys.executable, "-c", "import numpy as np, model_symgrad as m; "
+                        f"print(m.softplus(np.array({X})).tolist())"], cwd=tmp_path, capture_output=True,
+                       text=True, env=env_for(tmp_path / "cache"), timeout=300)
+    assert r.returncode == 0, r.stderr
+    np.testing.assert_allclose(json.loads(r.stdout), _expected()["softplus"], rtol=1e-12)
+
+
+# -- corrupted entries ---------------------------------------------------------------------------------------
+
+CHILD = f"""
+import sys, json, warnings
+import numpy as np
+import symgrad as sg
+sg.set_backend(sys.argv[2])
+m = sg.compile(sys.argv[1])
+x = np.array({X})
+print(json.dumps({{"softplus": m.softplus(x).tolist(), "blend": m.blend(x, x).tolist(),
+                  "backend": m.softplus.backend}}))
+"""
+
+
+def run_child(model: Path, cache: Path, backend: str, **env) -> dict:
+    r = subprocess.run([sys.executable, "-c", CHILD, str(model), backend], capture_output=True, text=True,
+                       env=env_for(cache, **env), timeout=600)
+    assert r.returncode == 0, r.stderr
+    result = json.loads(r.stdout.strip().splitlines()[-1])
+    want = _expected()
+    np.testing.assert_allclose(result["softplus"], want["softplus"], rtol=1e-12)
+    np.testing.assert_allclose(result["blend"], want["blend"], rtol=1e-12)
+    assert result["backend"] == backend
+    result["stderr"] = r.stderr
+    return result
+
+
+@pytest.fixture
+def built(tmp_path):
+    """A model compiled once into a private cache on both backends: (model, cache, package dir)."""
+    model = tmp_path / "model.py"
+    model.write_text(MODEL)
+    cache = tmp_path / "cache"
+    _seed_toolchain(cache)
+    run_child(model, cache, "c")
+    run_child(model, cache, "numpy")
+    (package,) = [p for p in (cache / "models").iterdir() if not p.name.startswith(".")]
+    return model, cache, package
+
+
+def _c_entry(cache: Path) -> Path:
+    (entry,) = [p for p in (cache / "c").iterdir() if (p / "build.json").exists()]
+    return entry
+
+
+@pytest.mark.parametrize("damage", ["truncate", "zero the ELF header", "empty", "delete"])
+def test_broken_c_extension_is_rebuilt(built, damage):
+    model, cache, _ = built
+    entry = _c_entry(cache)
+    (so,) = entry.glob("_sg_*.so")
+    size = so.stat().st_size
+    data = so.read_bytes()
+    if damage == "truncate":
+        so.write_bytes(data[: len(data) // 3])
+    elif damage == "zero the ELF header":
+        so.write_bytes(b"\0" * 64 + data[64:])
+    elif damage == "empty":
+        so.write_bytes(b"")
+    else:
+        so.unlink()
+    run_child(model, cache, "c")
+    entry = _c_entry(cache)
+    assert next(entry.glob("_sg_*.so")).stat().st_size == size
+
+
+@pytest.mark.parametrize("damage", ["truncate", "garbage", "empty", "wrong json", "delete"])
+def test_broken_package_manifest_is_rebuilt(built, damage):
+    model, cache, package = built
+    manifest = package / "manifest.json"
+    text = manifest.read_text()
+    if damage == "truncate":
+        manifest.write_text(text[: len(text) // 2])
+    elif damage == "garbage":
+        manifest.write_bytes(os.urandom(len(text)))
+    elif damage == "empty":
+        manifest.write_text("")
+    elif damage == "wrong json":
+        manifest.write_text(json.dumps({"functions": []}))
+    else:
+        manifest.unlink()
+    for backend in ("numpy", "c"):
+        run_child(model, cache, backend)
+    assert json.loads(manifest.read_text()) == json.loads(text)
+
+
+@pytest.mark.parametrize("damage", ["truncate", "syntax", "empty", "delete"])
+def test_broken_numpy_kernels_are_rebuilt(built, damage):
+    model, cache, package = built
+    kernels = package / "kernels_numpy.py"
+    text = kernels.read_text()
+    if damage == "truncate":
+        kernels.write_text(text[: len(text) // 2])
+    elif damage == "syntax":
+        kernels.write_text(text.replace("def ", "def def ", 1))
+    elif damage == "empty":
+        kernels.write_text("")
+    else:
+        kernels.unlink()
+    run_child(model, cache, "numpy")
+    assert kernels.read_text() == text
+
+
+def test_broken_c_source_in_a_package_is_rebuilt(built):
+    model, cache, package = built
+    kernels = package / "kernels.c"
+    text = kernels.read_text()
+    kernels.write_text(text[: len(text) // 2])
+    run_child(model, cache, "c")
+    assert kernels.read_text() == text
+
+
+def test_broken_jit_entry_is_rebuilt(tmp_path):
+    """``@sg.function`` called on arrays builds into <cache>/jit: its entries are checked the same way."""
+    cache = tmp_path / "cache"
+    _seed_toolchain(cache)
+    code = textwrap.dedent("""\
+        import numpy as np, symgrad as sg
+        @sg.function
+        def f(x):
+            return sg.tanh(x) * x
+        print(f(np.array([0.5, 2.0])).tolist())
+    """)
+
+    def run() -> list:
+        r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                           env=env_for(cache, SYMGRAD_BACKEND="numpy"), timeout=300)
+        assert r.returncode == 0, r.stderr
+        return json.loads(r.stdout)
+
+    want = (np.tanh([0.5, 2.0]) * np.array([0.5, 2.0])).tolist()
+    assert run() == pytest.approx(want)
+    (entry,) = (cache / "jit").iterdir()
+    for name in ("kernels_numpy.py", "manifest.json"):
+        path = entry / name
+        good = path.read_text()
+        path.write_text(good[: len(good) // 2])
+        assert run() == pytest.approx(want)
+        assert path.read_text() == good
+
+
+# -- unusable cache directory --------------------------------------------------------------------------------
+
+def _read_only_dir(tmp_path: Path) -> Path:
+    """A directory nobody can create files in: chmod 555, or for root (who ignores modes) /proc/self."""
+    if os.geteuid() == 0:
+        return Path("/proc/self")
+    d = tmp_path / "ro"
+    d.mkdir()
+    d.chmod(0o555)
+    return d
+
+
+@pytest.mark.parametrize("backend", ["c", "numpy"])
+def test_read_only_cache_directory_falls_back_with_one_warning(tmp_path, backend):
+    model = tmp_path / "model.py"
+    model.write_text(MODEL)
+    ro = _read_only_dir(tmp_path)
+    result = run_child(model, ro, backend, PYTHONWARNINGS="always")
+    assert result["stderr"].count("is not usable") == 1, result["stderr"]
+    assert "using " in result["stderr"] and "SYMGRAD_CACHE_DIR" in result["stderr"]
+    if ro != Path("/proc/self"):
+        assert list(ro.iterdir()) == []
+
+
+def test_cache_directory_that_is_a_file_falls_back(tmp_path):
+    model = tmp_path / "model.py"
+    model.write_text(MODEL)
+    blocker = tmp_path / "not_a_dir"
+    blocker.write_text("x")
+    result = run_child(model, blocker / "cache", "numpy", PYTHONWARNINGS="always")
+    assert result["stderr"].count("is not usable") == 1
+
+
+# -- interrupted compiles ------------------------------------------------------------------------------------
+
+SLOW_MODEL = textwrap.dedent("""\
+    import time
+    import symgrad as sg
+
+    @sg.function
+    def fast(x):
+        return x * 2
+
+    @sg.function
+    def slow(x):
+        time.sleep(60)                  # stands for a function that takes long to derive
+        return x * 3
+""")
+
+#: ``symgrad compile`` with the package publication slowed down, to interrupt it while files are written.
+SLOW_PUBLISH = textwrap.dedent("""\
+    import sys, time
+    import symgrad.build as build
+    _publish = build.publish_dir
+    def slow_publish(stage, dest):
+        print("publishing", file=sys.stderr, flush=True)
+        time.sleep(60)
+        _publish(stage, dest)
+    build.publish_dir = slow_publish
+    from symgrad.cli import main
+    sys.exit(main(sys.argv[1:]))
+""")
+
+
+def _interrupt_when(proc: subprocess.Popen, marker: str, timeout: float = 120) -> tuple[str, str]:
+    """Read stderr until ``marker`` shows up, send SIGINT, wait; returns (stderr before, stderr after)."""
+    import select
+    seen = b""
+    deadline = time.monotonic() + timeout
+    fd = proc.stderr.fileno()
+    while marker.encode() not in seen:
+        assert time.monotonic() < deadline, f"never saw {marker!r}: {seen!r}"
+        ready, _, _ = select.select([fd], [], [], 0.1)
+        if ready:
+            chunk = os.read(fd, 65536)
+            assert chunk or proc.poll() is None, f"exited early: {seen!r}"
+            seen += chunk
+    time.sleep(0.3)
+    proc.send_signal(signal.SIGINT)
+    _, rest = proc.communicate(timeout=60)
+    return seen.decode(errors="replace"), rest.decode(errors="replace")
+
+
+def _staging_leftovers(directory: Path) -> list[str]:
+    return [p.name for p in directory.iterdir() if p.name.startswith((".tmp-", ".old-", ".trash-"))]
+
+
+@pytest.mark.parametrize("previous", [False, True])
+def test_sigint_while_deriving_leaves_previous_package_or_none(tmp_path, previous):
+    model = tmp_path / "model.py"
+    package = tmp_path / "model_symgrad"
+    if previous:
+        model.write_text(MODEL)
+        r = subprocess.run([sys.executable, "-m", "symgrad", "compile", "model.py"], cwd=tmp_path,
+                           env=env_for(tmp_path / "cache"), capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stderr
+        before = {p.name: p.read_bytes() for p in package.iterdir()}
+    model.write_text(SLOW_MODEL)
+    proc = subprocess.Popen([sys.executable, "-m", "symgrad", "compile", "model.py"], cwd=tmp_path,
+                            env=env_for(tmp_path / "cache"), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    seen, err = _interrupt_when(proc, "[2/2] slow")
+    assert proc.returncode == 130, seen + err
+    assert "symgrad: interrupted" in err
+    if previous:
+        assert {p.name: p.read_bytes() for p in package.iterdir()} == before
+    else:
+        assert not package.exists()
+    assert not _staging_leftovers(tmp_path)
+
+
+@pytest.mark.parametrize("previous", [False, True])
+def test_sigint_while_writing_the_package_leaves_previous_package_or_none(tmp_path, previous):
+    model = tmp_path / "model.py"
+    package = tmp_path / "model_symgrad"
+    model.write_text(MODEL)
+    if previous:
+        r = subprocess.run([sys.executable, "-m", "symgrad", "compile", "model.py"], cwd=tmp_path,
+                           env=env_for(tmp_path / "cache"), capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stderr
+        before = {p.name: p.read_bytes() for p in package.iterdir()}
+        model.write_text(MODEL + "\n\n@sg.function\ndef extra(x):\n    return x + 1\n")
+    proc = subprocess.Popen([sys.executable, "-c", SLOW_PUBLISH, "compile", "model.py"], cwd=tmp_path,
+                            env=env_for(tmp_path / "cache"), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    seen, err = _interrupt_when(proc, "publishing")
+    assert proc.returncode == 130, seen + err
+    if previous:
+        assert {p.name: p.read_bytes() for p in package.iterdir()} == before
+    else:
+        assert not package.exists()
+    assert not _staging_leftovers(tmp_path), _staging_leftovers(tmp_path)
+
+
+@pytest.mark.parametrize("backend", ["numpy", "c"])
+def test_damaged_cli_package_names_the_file_and_symgrad_compile_repairs_it(tmp_path, backend):
+    """A package from ``symgrad compile`` is never silently trusted: importing a damaged one names the file
+    and the fix, and ``symgrad compile`` (no --force) rebuilds it."""
+    (tmp_path / "model.py").write_text(MODEL)
+    env = env_for(tmp_path / "cache", SYMGRAD_BACKEND=backend)
+    compile_cmd = [sys.executable, "-m", "symgrad", "compile", "model.py"]
+    assert subprocess.run(compile_cmd, cwd=tmp_path, env=env, capture_output=True, timeout=300).returncode == 0
+    package = tmp_path / "model_symgrad"
+    damaged = package / ("kernels_numpy.py" if backend == "numpy" else "kernels.c")
+    good = damaged.read_text()
+    damaged.write_text(good[: len(good) // 2])
+    use = ["-c", f"import numpy as np, model_symgrad as m; print(m.softplus(np.array({X})).tolist())"]
+    r = subprocess.run([sys.executable, *use], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode != 0
+    assert "PackageError" in r.stderr and str(damaged) in r.stderr and "symgrad compile" in r.stderr, r.stderr
+    assert subprocess.run(compile_cmd, cwd=tmp_path, env=env, capture_output=True, timeout=300).returncode == 0
+    assert damaged.read_text() == good
+    r = subprocess.run([sys.executable, *use], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    np.testing.assert_allclose(json.loads(r.stdout), _expected()["softplus"], rtol=1e-12)
