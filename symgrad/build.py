@@ -191,5 +191,8 @@ def compile_model(path: str | Path, out_dir: str | Path | None = None, *, force:
         if progress:
             progress(i, len(functions), fn.name)
         kernels.append(lower(fn.trace()))
-    write_package(kernels, dest, path.name, src_hash)
+    try:
+        write_package(kernels, dest, path.name, src_hash)
+    except OSError as exc:   # keeps errno: a full cache directory makes sg.compile fall back (cache.in_cache)
+        raise OSError(exc.errno, f"cannot write the compiled package {dest} ({exc.strerror or exc})") from None
     return BuildResult(dest, rebuilt=True, kernels=kernels)

@@ -16,6 +16,7 @@ This module must not import SymPy: the runtime loads compiled packages with it.
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import importlib.util
 import io
@@ -32,9 +33,9 @@ from dataclasses import asdict
 from pathlib import Path
 from types import ModuleType
 
-from .cache import cache_root
+from .cache import cache_root, in_cache
 from .errors import CompileError
-from .toolchain import (CompilerUnavailable, Toolchain, cache_dir, debug, debug_command, forget_toolchain,
+from .toolchain import (CompilerUnavailable, Toolchain, debug, debug_command, forget_toolchain,
                         run_command, toolchain)
 
 __all__ = ["load", "list_entries", "clear", "build_key", "module_name", "cdef_from_manifest", "prototype",
@@ -148,7 +149,12 @@ def load(source: str, cdef: str, label: str = "kernels.c") -> ModuleType:
     name = module_name(key)
     if name in sys.modules:
         return sys.modules[name]
-    cdir = cache_dir()
+    return in_cache(lambda root: _load_from(root / "c", source, cdef, tc, key, label))
+
+
+def _load_from(cdir: Path, source: str, cdef: str, tc: Toolchain, key: str, label: str) -> ModuleType:
+    cdir.mkdir(parents=True, exist_ok=True)
+    name = module_name(key)
     entry = cdir / key
     for attempt in range(2):
         so = entry / _so_name(key)
@@ -189,9 +195,19 @@ def _build(source: str, cdef: str, tc: Toolchain, key: str, cdir: Path, label: s
 
     ``kernels.c`` (-O3 and the probed flags) and cffi's wrapper (-O1: Python glue only, declaring the
     kernels through the cdef) compile in parallel, then link."""
+    tmp = Path(tempfile.mkdtemp(dir=cdir, prefix=".tmp-"))
+    try:
+        _build_in(tmp, source, cdef, tc, key, cdir, label)
+    except CompileError:                   # its message points at the kept generated files
+        raise
+    except BaseException:                  # a full disk or Ctrl-C: no half-built directory stays behind
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def _build_in(tmp: Path, source: str, cdef: str, tc: Toolchain, key: str, cdir: Path, label: str) -> None:
     import cffi
     name = module_name(key)
-    tmp = Path(tempfile.mkdtemp(dir=cdir, prefix=".tmp-"))
     (tmp / "kernels.c").write_text(source)
     ffi = cffi.FFI()
     ffi.cdef(cdef + "\n" + SUPPORT_CDEF)
@@ -217,6 +233,8 @@ def _build(source: str, cdef: str, tc: Toolchain, key: str, cdir: Path, label: s
         results.append((link, r.returncode, r.stderr))
     failed_step = next(((cmd, err) for cmd, rc, err in results if rc != 0), None)
     if failed_step is not None:
+        if "No space left on device" in failed_step[1] or "Disk quota exceeded" in failed_step[1]:
+            raise OSError(errno.ENOSPC, f"the C compiler could not write its output in {tmp}")
         _fail(tmp, cdir, key, label, *failed_step)
     (tmp / "build.json").write_text(json.dumps(
         {"key": key, "label": label, "so_sha256": _digest(tmp / _so_name(key)), "commands": [*steps, link],

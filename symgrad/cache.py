@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import os
 import shutil
@@ -10,6 +11,9 @@ import tempfile
 import threading
 import warnings
 from pathlib import Path
+from typing import Callable, TypeVar
+
+T = TypeVar("T")
 
 _fallback: Path | None = None
 
@@ -17,7 +21,6 @@ _fallback: Path | None = None
 def cache_root() -> Path:
     """``$SYMGRAD_CACHE_DIR``, else ``$XDG_CACHE_HOME/symgrad``, else ``~/.cache/symgrad``; a temporary
     directory (with one warning) when that is not writable."""
-    global _fallback
     if _fallback is not None:
         return _fallback
     env = os.environ.get("SYMGRAD_CACHE_DIR")
@@ -28,10 +31,31 @@ def cache_root() -> Path:
         probe.close()
         return root
     except OSError as exc:
-        _fallback = Path(tempfile.mkdtemp(prefix="symgrad-cache-"))
-        warnings.warn(f"symgrad: cache directory {root} is not usable ({exc}); using {_fallback} for this "
-                      "process. Set SYMGRAD_CACHE_DIR to a writable directory.", RuntimeWarning, stacklevel=2)
-        return _fallback
+        return _fall_back(root, exc)
+
+
+def _fall_back(root: Path, exc: OSError) -> Path:
+    global _fallback
+    _fallback = Path(tempfile.mkdtemp(prefix="symgrad-cache-"))
+    warnings.warn(f"symgrad: cache directory {root} is not usable ({exc}); using {_fallback} for this "
+                  "process. Set SYMGRAD_CACHE_DIR to a writable directory.", RuntimeWarning, stacklevel=3)
+    return _fallback
+
+
+#: Write failures that mean "this directory cannot take the build" rather than a bug.
+_UNWRITABLE = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EFBIG})
+
+
+def in_cache(build: Callable[[Path], T]) -> T:
+    """``build(cache_root())``; when the cache directory fails a write part-way (disk full, quota, turned
+    read-only), the process switches to a temporary cache (one warning) and builds there instead."""
+    root = cache_root()
+    try:
+        return build(root)
+    except OSError as exc:
+        if _fallback is not None or exc.errno not in _UNWRITABLE:
+            raise
+        return build(_fall_back(root, exc))
 
 
 def digest_text(text: str) -> str:

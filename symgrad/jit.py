@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .build import compile_model, intact_manifest, source_hash, write_package
-from .cache import cache_root
+from .cache import in_cache
 from .compiled import CompiledFunction, load_package
 
 if TYPE_CHECKING:
@@ -24,8 +24,13 @@ def compile(path: str | Path, *, force: bool = False) -> types.ModuleType:  # no
     after ``symgrad compile``, but built in the cache directory."""
     path = Path(path).resolve()
     where = hashlib.sha256(str(path).encode()).hexdigest()[:12]
-    dest = cache_root() / "models" / f"{path.stem}-{where}"
-    compile_model(path, dest, force=force)
+
+    def build(root: Path) -> Path:
+        dest = root / "models" / f"{path.stem}-{where}"
+        compile_model(path, dest, force=force)
+        return dest
+
+    dest = in_cache(build)
     name = f"{path.stem}_symgrad_{where}"
     module = types.ModuleType(name, f"symgrad-compiled functions of {path.name}")
     module.__file__ = str(dest / "__init__.py")
@@ -45,7 +50,13 @@ def compile_function(fn: "SymbolicFunction") -> CompiledFunction:
     key = source_hash(repr((spec.name, [(a.name, a.shape) for a in spec.args],
                             [(o.shape, [sympy.srepr(e) for e in o.exprs]) for o in spec.outputs],
                             spec.returns_tuple)).encode())
-    dest = cache_root() / "jit" / f"{spec.name}-{key[:16]}"
-    if intact_manifest(dest) is None:
-        write_package([lower(spec)], dest, spec.origin, key)
-    return load_package(dest)[spec.name]
+    kernels = []
+
+    def build(root: Path) -> Path:
+        dest = root / "jit" / f"{spec.name}-{key[:16]}"
+        if intact_manifest(dest) is None:
+            kernels[:] = kernels or [lower(spec)]
+            write_package(kernels, dest, spec.origin, key)
+        return dest
+
+    return load_package(in_cache(build))[spec.name]

@@ -4,7 +4,8 @@
   and ``symgrad compile`` into one output directory) all succeed and agree;
 - a truncated or corrupted entry (the C extension, a package's ``manifest.json``, its ``kernels_numpy.py``)
   is detected and rebuilt;
-- a read-only cache directory falls back to a temporary one, with one warning;
+- a read-only cache directory, or one that fails writes part-way (disk full), falls back to a temporary one,
+  with one warning and no debris left behind;
 - ``symgrad compile`` interrupted by SIGINT (while deriving, or while writing the package) leaves the
   previous package intact, or none, and no staging directories behind.
 """
@@ -302,6 +303,44 @@ def test_cache_directory_that_is_a_file_falls_back(tmp_path):
     blocker.write_text("x")
     result = run_child(model, blocker / "cache", "numpy", PYTHONWARNINGS="always")
     assert result["stderr"].count("is not usable") == 1
+
+
+FULL_DISK_CHILD = f"""
+import errno, json, os, pathlib, sys
+root = os.environ["SYMGRAD_CACHE_DIR"]
+_write_text = pathlib.Path.write_text
+def write_text(self, *args, **kwargs):          # every file written into the cache hits a full disk
+    if str(self).startswith(root + os.sep):
+        raise OSError(errno.ENOSPC, "No space left on device", str(self))
+    return _write_text(self, *args, **kwargs)
+pathlib.Path.write_text = write_text
+import numpy as np
+import symgrad as sg
+sg.set_backend(sys.argv[2])
+m = sg.compile(sys.argv[1])
+x = np.array({X})
+print(json.dumps({{"softplus": m.softplus(x).tolist(), "blend": m.blend(x, x).tolist(),
+                  "backend": m.softplus.backend}}))
+"""
+
+
+@pytest.mark.parametrize("backend", ["c", "numpy"])
+def test_full_cache_directory_falls_back_with_one_warning_and_no_debris(tmp_path, backend):
+    model = tmp_path / "model.py"
+    model.write_text(MODEL)
+    cache = tmp_path / "cache"
+    _seed_toolchain(cache)
+    r = subprocess.run([sys.executable, "-c", FULL_DISK_CHILD, str(model), backend], capture_output=True,
+                       text=True, env=env_for(cache, PYTHONWARNINGS="always"), timeout=600)
+    assert r.returncode == 0, r.stderr
+    assert r.stderr.count("is not usable") == 1 and "No space left on device" in r.stderr, r.stderr
+    result = json.loads(r.stdout.strip().splitlines()[-1])
+    assert result["backend"] == backend
+    np.testing.assert_allclose(result["softplus"], _expected()["softplus"], rtol=1e-12)
+    np.testing.assert_allclose(result["blend"], _expected()["blend"], rtol=1e-12)
+    debris = [str(p.relative_to(cache)) for p in cache.rglob("*")
+              if p.is_file() and not p.name.startswith(".toolchain-")]
+    assert not debris, debris
 
 
 # -- interrupted compiles ------------------------------------------------------------------------------------
