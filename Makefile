@@ -35,10 +35,14 @@ bench: $(STAMP)
 fuzz: $(STAMP)
 	SYMGRAD_FUZZ_EXAMPLES=2000 $(BIN)/python -m pytest tests/test_properties.py
 
-## make sanitize: the C tests once with -fsanitize=address,undefined
+## make sanitize: the tests that run C kernels (every target, dtype, layout and extreme input), once with
+## -fsanitize=address,undefined (UBSan reports are fatal)
+SANITIZE_TESTS := tests/test_c_emitter.py tests/test_activations.py tests/test_nan_regressions.py \
+	tests/test_seed.py tests/test_conventions.py tests/test_adbench.py tests/test_runtime_ops.py
 sanitize: $(STAMP)
 	SYMGRAD_SANITIZE=1 LD_PRELOAD=$$(gcc -print-file-name=libasan.so) ASAN_OPTIONS=detect_leaks=0 \
-		$(BIN)/python -m pytest -p no:cacheprovider tests/test_c_emitter.py tests/test_agreement.py
+		UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+		$(BIN)/python -m pytest -p no:cacheprovider $(SANITIZE_TESTS)
 
 ## make golden: regenerate golden files after an intended change to generated code (review the diff)
 golden: $(STAMP)

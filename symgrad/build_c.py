@@ -92,10 +92,11 @@ def _versions() -> str:
 
 
 def sanitize_flags() -> tuple[str, ...]:
-    """``SYMGRAD_SANITIZE=1``: AddressSanitizer and UBSan in every module (run with libasan preloaded)."""
+    """``SYMGRAD_SANITIZE=1``: AddressSanitizer and UBSan (any report aborts) in every module (run with
+    libasan preloaded)."""
     if os.environ.get("SYMGRAD_SANITIZE", "0") in ("", "0"):
         return ()
-    return ("-fsanitize=address,undefined", "-fno-omit-frame-pointer", "-g")
+    return ("-fsanitize=address,undefined", "-fno-sanitize-recover=undefined", "-fno-omit-frame-pointer", "-g")
 
 
 def build_key(source: str, cdef: str, tc: Toolchain) -> str:
