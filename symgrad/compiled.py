@@ -15,15 +15,24 @@ from . import backends
 from .backends import Package
 from .errors import ArgumentError
 
-_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
+_F32, _F64 = np.dtype(np.float32), np.dtype(np.float64)
+_FLOATS = (_F32, _F64)
 
 
-def _tensor_type():
-    try:
-        from .runtime.tensor import Tensor
-    except ImportError:
-        return ()
-    return Tensor
+_runtime: tuple | None = None
+
+
+def _runtime_hooks() -> tuple:
+    """(Tensor type, apply_compiled) once the runtime is importable, else ((), None); resolved once."""
+    global _runtime
+    if _runtime is None:
+        try:
+            from .runtime.compiled_node import apply_compiled
+            from .runtime.tensor import Tensor
+            _runtime = (Tensor, apply_compiled)
+        except ImportError:
+            _runtime = ((), None)
+    return _runtime
 
 
 def sum_to_shape(g: np.ndarray, shape: tuple) -> np.ndarray:
@@ -34,6 +43,29 @@ def sum_to_shape(g: np.ndarray, shape: tuple) -> np.ndarray:
     axes = tuple(range(lead)) + tuple(lead + i for i, n in enumerate(shape) if n == 1 and g.shape[lead + i] != 1)
     g = g.sum(axis=axes, keepdims=True) if axes else g
     return g.reshape(shape)
+
+
+def _same_shape_floats(values: tuple) -> tuple[list, np.dtype, tuple] | None:
+    """(values, dtype, shape) when every value is a float32/float64 array of one dtype and shape or a Python
+    number (the kernels take numbers as they are), else None. The runtime's hot path: no allocation."""
+    first = None
+    for v in values:
+        if type(v) is np.ndarray:
+            first = v
+            break
+    if first is None:
+        return None
+    dtype, shape = first.dtype, first.shape
+    if dtype is not _F32 and dtype is not _F64:
+        return None
+    for v in values:
+        t = type(v)
+        if t is np.ndarray:
+            if v.dtype is not dtype or v.shape != shape:
+                return None
+        elif t is not float and t is not int:
+            return None
+    return list(values), dtype, shape
 
 
 class CompiledFunction:
@@ -94,12 +126,9 @@ class CompiledFunction:
     # -- argument handling ------------------------------------------------------------------------------
     def _arrays(self, values: tuple, shapes: tuple, names: tuple) -> tuple[list, np.dtype, tuple]:
         if self._elementwise:   # fast path: same-shape, same-dtype float arrays and Python numbers
-            first = next((v for v in values if type(v) is np.ndarray), None)
-            if first is not None and first.dtype in _FLOATS:
-                dtype, shape = first.dtype, first.shape
-                if all((type(v) is np.ndarray and v.dtype == dtype and v.shape == shape) or
-                       (type(v) is float or type(v) is int) for v in values):
-                    return [v if type(v) is np.ndarray else np.asarray(v, dtype) for v in values], dtype, shape
+            fast = _same_shape_floats(values)
+            if fast is not None:
+                return fast
         arrays, batches, dtypes = [], [], []
         for value, shape, name in zip(values, shapes, names):
             if isinstance(value, (float, int)) and not isinstance(value, bool):
@@ -159,10 +188,10 @@ class CompiledFunction:
         return self._kernel("forward", dtype)(tuple(arrays), batch)
 
     def __call__(self, *args: Any) -> Any:
-        tensor = _tensor_type()
-        if tensor and any(isinstance(a, tensor) for a in args):
-            from .runtime.compiled_node import apply_compiled
-            return apply_compiled(self, args)
+        tensor, apply_compiled = _runtime or _runtime_hooks()
+        for a in args:
+            if type(a) is not np.ndarray and isinstance(a, tensor):
+                return apply_compiled(self, args)
         return self._package_outputs(self.forward(*args))
 
     def _vjp_call(self, program: str, values: tuple, what: str) -> tuple[tuple, tuple]:
@@ -171,8 +200,10 @@ class CompiledFunction:
         results = self._kernel(program, dtype)(tuple(arrays), batch)
         n_out = self.n_outputs if program == "value_and_vjp" else 0
         grads = results[n_out:]
-        if any(g.shape != np.shape(a) for g, a in zip(grads, args)):
-            grads = tuple(sum_to_shape(g, np.shape(a)) for g, a in zip(grads, args))
+        for g, a in zip(grads, args):
+            if type(a) is not np.ndarray or g.shape != a.shape:   # broadcast (or a number): sum back
+                grads = tuple(sum_to_shape(g, np.shape(a)) for g, a in zip(grads, args))
+                break
         return results[:n_out], grads
 
     def vjp(self, *args_and_cotangents: Any) -> tuple[np.ndarray, ...]:

@@ -104,12 +104,16 @@ def set_backend(name: str) -> None:
 
 
 def get_backend_name() -> str:
-    """The chosen backend: ``set_backend``, else ``$SYMGRAD_BACKEND``, else 'c' (or 'numpy' without a C backend)."""
-    _ensure_registered()
-    name = _chosen or os.environ.get("SYMGRAD_BACKEND") or ("c" if "c" in _FACTORIES else "numpy")
-    if name not in _FACTORIES:
-        raise ValueError(f"SYMGRAD_BACKEND={name!r} is not a backend; choose one of {', '.join(available())}")
-    return name
+    """The chosen backend: ``set_backend``, else ``$SYMGRAD_BACKEND`` (read on first use, like PyTorch's
+    environment switches), else 'c' (or 'numpy' without a C backend)."""
+    global _chosen
+    if _chosen is None:          # every compiled call asks: resolve the environment once
+        _ensure_registered()
+        name = os.environ.get("SYMGRAD_BACKEND") or ("c" if "c" in _FACTORIES else "numpy")
+        if name not in _FACTORIES:
+            raise ValueError(f"SYMGRAD_BACKEND={name!r} is not a backend; choose one of {', '.join(available())}")
+        _chosen = name
+    return _chosen
 
 
 def backend(name: str) -> Backend:

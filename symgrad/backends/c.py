@@ -78,6 +78,8 @@ def _make_run(fn, ffi, dtype: np.dtype, in_shapes: list[tuple], out_shapes: list
     ndarray, empty = np.ndarray, np.empty
     ins = tuple(in_shapes)
     outs = tuple(out_shapes)
+    if not any(ins) and not any(outs):
+        return _elementwise_run(fn, from_buffer, ctype, dtype, len(outs))
 
     def run(inputs: tuple, batch: tuple) -> tuple:
         args = [prod(batch)]
@@ -97,12 +99,37 @@ def _make_run(fn, ffi, dtype: np.dtype, in_shapes: list[tuple], out_shapes: list
     return run
 
 
+def _elementwise_run(fn, from_buffer, ctype, dtype: np.dtype, n_outputs: int) -> Run:
+    """``run`` for scalar-per-element kernels (the tape's primitives): the same contract, fewer steps."""
+    ndarray, empty = np.ndarray, np.empty
+
+    def run(inputs: tuple, batch: tuple) -> tuple:
+        args = []
+        n = 1
+        for d in batch:
+            n *= d
+        for a in inputs:
+            if type(a) is not ndarray or a.dtype is not dtype or a.shape != batch or not _usable(a.flags):
+                a = _materialize(a, batch, dtype)
+            args.append(from_buffer(ctype, a))
+        results = [empty(batch, dtype) for _ in range(n_outputs)]
+        if n:
+            for r in results:
+                args.append(from_buffer(ctype, r))
+            fn(n, *args)
+        return tuple(results)
+
+    return run
+
+
 def _usable(flags) -> bool:
     return flags.c_contiguous and flags.aligned
 
 
 def _materialize(a, full: tuple, dtype: np.dtype) -> np.ndarray:
     """``a`` broadcast to ``full`` as a C-contiguous, aligned array of ``dtype`` (the documented copy)."""
+    if type(a) is float or type(a) is int or (type(a) is np.ndarray and a.ndim == 0):
+        return np.full(full, a, dtype)      # a scalar: much cheaper than broadcast_to + copy
     a = np.ascontiguousarray(np.broadcast_to(a, full), dtype=dtype)
     return a if a.flags.aligned else a.copy()
 

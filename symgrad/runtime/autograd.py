@@ -259,7 +259,11 @@ def _accumulate(leaf: Any, g: Any, graph: bool, given: set) -> None:
     elif graph:
         leaf.grad = leaf.grad + g
     else:
-        leaf.grad = _wrap(leaf.grad.data + g)
+        acc = leaf.grad.data
+        if type(acc) is np.ndarray and acc.flags.writeable and acc.shape == np.shape(g):
+            acc += g                      # in place, like PyTorch's AccumulateGrad outside create_graph
+        else:
+            leaf.grad = _wrap(acc + g)
 
 
 def _seeds(outputs: Sequence, grad_outputs: Sequence | None, graph: bool) -> list:
