@@ -22,6 +22,9 @@ class ModelInfo:
 
 
 class Emitter(Protocol):
+    """One target's printer. ``get`` makes a fresh instance per build, so an emitter may memoize per kernel
+    (``write_package`` asks for the module and then each function's text)."""
+
     name: str
     filename: str
 
