@@ -181,23 +181,52 @@ class CompiledFunction:
         return tuple(outs) if self.returns_tuple else outs[0]
 
     # -- public entry points ----------------------------------------------------------------------------
-    def forward(self, *args: Any) -> tuple[np.ndarray, ...]:
-        """The outputs as a tuple, never recording on a tape."""
+    def _out(self, out: Any, program: str, dtype: np.dtype, batch: tuple, inputs: list) -> tuple | None:
+        """Check caller-provided result buffers (``out=``): one per result of ``program``, each a writeable,
+        C-contiguous, aligned array of exactly the result's dtype and shape, overlapping no input."""
+        if out is None:
+            return None
+        outs = (out,) if isinstance(out, np.ndarray) else tuple(out)
+        shapes = [tuple(s["shape"]) for s in self._entry["programs"][program]["outputs"]]
+        if len(outs) != len(shapes):
+            raise ArgumentError(f"{self.name}: out= takes {len(shapes)} array(s) for {program}; got {len(outs)}")
+        for k, (o, shape) in enumerate(zip(outs, shapes)):
+            full = batch + shape
+            if not (isinstance(o, np.ndarray) and o.dtype == dtype and o.shape == full and o.flags.c_contiguous
+                    and o.flags.aligned and o.flags.writeable):
+                got = f"{o.dtype} array of shape {o.shape}" if isinstance(o, np.ndarray) else type(o).__name__
+                raise ArgumentError(f"{self.name}: out[{k}] must be a writeable C-contiguous {dtype} array of "
+                                    f"shape {full}; got {got}")
+            others = [a for a in inputs if isinstance(a, np.ndarray)] + list(outs[:k])
+            if any(np.may_share_memory(o, a) for a in others):
+                raise ArgumentError(f"{self.name}: out[{k}] overlaps an argument or another out= buffer")
+        return outs
+
+    def forward(self, *args: Any, out: Any = None) -> tuple[np.ndarray, ...]:
+        """The outputs as a tuple, never recording on a tape; ``out=``: arrays to write them into."""
         self._check_arity(args)
         arrays, dtype, batch = self._arrays(args, self.arg_shapes, self.arg_names)
-        return self._kernel("forward", dtype)(tuple(arrays), batch)
+        return self._kernel("forward", dtype)(tuple(arrays), batch, self._out(out, "forward", dtype, batch, arrays))
 
-    def __call__(self, *args: Any) -> Any:
+    def __call__(self, *args: Any, out: Any = None) -> Any:
         tensor, apply_compiled = _runtime or _runtime_hooks()
         for a in args:
             if type(a) is not np.ndarray and isinstance(a, tensor):
+                if out is not None:
+                    raise ArgumentError(f"{self.name}: out= takes NumPy arrays, not Tensors")
                 return apply_compiled(self, args)
-        return self._package_outputs(self.forward(*args))
+        return self._package_outputs(self.forward(*args, out=out))
 
-    def _vjp_call(self, program: str, values: tuple, what: str) -> tuple[tuple, tuple]:
+    def _vjp_call(self, program: str, values: tuple, what: str, out: Any = None) -> tuple[tuple, tuple]:
         args, cots = self._split(values, what)
         arrays, dtype, batch = self._arrays(args + cots, self._vjp_shapes, self._vjp_names)
-        results = self._kernel(program, dtype)(tuple(arrays), batch)
+        buffers = self._out(out, program, dtype, batch, arrays)
+        if buffers is not None:
+            for a, shape, name in zip(args, self.arg_shapes, self.arg_names):
+                if np.shape(a) != batch + shape:
+                    raise ArgumentError(f"{self.name}: with out=, argument '{name}' must have the full shape "
+                                        f"{batch + shape} (its gradient would be summed over broadcast axes)")
+        results = self._kernel(program, dtype)(tuple(arrays), batch, buffers)
         n_out = self.n_outputs if program == "value_and_vjp" else 0
         grads = results[n_out:]
         for g, a in zip(grads, args):
@@ -206,15 +235,16 @@ class CompiledFunction:
                 break
         return results[:n_out], grads
 
-    def vjp(self, *args_and_cotangents: Any) -> tuple[np.ndarray, ...]:
-        """Gradients of every argument (each shaped like its argument) given one cotangent per output."""
-        return self._vjp_call("vjp", args_and_cotangents, "vjp")[1]
+    def vjp(self, *args_and_cotangents: Any, out: Any = None) -> tuple[np.ndarray, ...]:
+        """Gradients of every argument (each shaped like its argument) given one cotangent per output;
+        ``out=``: one array per gradient to write into."""
+        return self._vjp_call("vjp", args_and_cotangents, "vjp", out)[1]
 
-    def value_and_vjp(self, *args_and_cotangents: Any) -> tuple[Any, tuple[np.ndarray, ...]]:
-        """(outputs, gradients) from one fused kernel that shares subexpressions between them."""
-        outs, grads = self._vjp_call("value_and_vjp", args_and_cotangents, "value_and_vjp")
+    def value_and_vjp(self, *args_and_cotangents: Any, out: Any = None) -> tuple[Any, tuple[np.ndarray, ...]]:
+        """(outputs, gradients) from one fused kernel that shares subexpressions between them; ``out=``:
+        arrays for the outputs, then the gradients (saves the page faults of fresh results at large N)."""
+        outs, grads = self._vjp_call("value_and_vjp", args_and_cotangents, "value_and_vjp", out)
         return self._package_outputs(outs), grads
-
 
     def jvp(self, inputs: tuple, tangents: tuple) -> tuple[Any, Any]:
         """Forward mode, like ``jax.jvp``: (outputs, output tangents) for argument ``tangents``."""

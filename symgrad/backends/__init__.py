@@ -18,7 +18,7 @@ import numpy as np
 from ..cache import digest_text
 from ..errors import PackageError
 
-Run = Callable[[tuple, tuple], tuple]
+Run = Callable[..., tuple]   # run(inputs, batch, out=None) -> results (written into ``out`` when given)
 
 
 class BackendUnavailable(Exception):

@@ -81,7 +81,7 @@ def _make_run(fn, ffi, dtype: np.dtype, in_shapes: list[tuple], out_shapes: list
     if not any(ins) and not any(outs):
         return _elementwise_run(fn, from_buffer, ctype, dtype, len(outs))
 
-    def run(inputs: tuple, batch: tuple) -> tuple:
+    def run(inputs: tuple, batch: tuple, out: tuple | None = None) -> tuple:
         args = [prod(batch)]
         for a, tail in zip(inputs, ins):
             full = batch + tail
@@ -90,7 +90,7 @@ def _make_run(fn, ffi, dtype: np.dtype, in_shapes: list[tuple], out_shapes: list
             if type(a) is not ndarray or a.dtype is not dtype or a.shape != full or not _usable(a.flags):
                 a = _materialize(a, full, dtype)
             args.append(from_buffer(ctype, a))
-        results = [empty(batch + tail, dtype) for tail in outs]
+        results = list(out) if out is not None else [empty(batch + tail, dtype) for tail in outs]
         if args[0]:
             args += [from_buffer(ctype, r) for r in results]
             fn(*args)
@@ -103,7 +103,7 @@ def _elementwise_run(fn, from_buffer, ctype, dtype: np.dtype, n_outputs: int) ->
     """``run`` for scalar-per-element kernels (the tape's primitives): the same contract, fewer steps."""
     ndarray, empty = np.ndarray, np.empty
 
-    def run(inputs: tuple, batch: tuple) -> tuple:
+    def run(inputs: tuple, batch: tuple, out: tuple | None = None) -> tuple:
         args = []
         n = 1
         for d in batch:
@@ -112,7 +112,7 @@ def _elementwise_run(fn, from_buffer, ctype, dtype: np.dtype, n_outputs: int) ->
             if type(a) is not ndarray or a.dtype is not dtype or a.shape != batch or not _usable(a.flags):
                 a = _materialize(a, batch, dtype)
             args.append(from_buffer(ctype, a))
-        results = [empty(batch, dtype) for _ in range(n_outputs)]
+        results = list(out) if out is not None else [empty(batch, dtype) for _ in range(n_outputs)]
         if n:
             for r in results:
                 args.append(from_buffer(ctype, r))

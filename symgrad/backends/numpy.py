@@ -26,12 +26,15 @@ class NumPyKernels:
         fn = getattr(self.module, f"{function}__{program}")
         shapes = self.shapes[function][program]
 
-        def run(inputs: tuple, batch: tuple) -> tuple:
+        def run(inputs: tuple, batch: tuple, out: tuple | None = None) -> tuple:
             results = fn(*inputs)
             fixed = []
-            for r, shape in zip(results, shapes):
+            for k, (r, shape) in enumerate(zip(results, shapes)):
                 full = batch + shape
-                if type(r) is not np.ndarray or r.dtype != dtype or r.shape != full or \
+                if out is not None:
+                    np.copyto(out[k], np.broadcast_to(r, full), casting="unsafe")
+                    r = out[k]
+                elif type(r) is not np.ndarray or r.dtype != dtype or r.shape != full or \
                         any(np.may_share_memory(r, a) for a in (*inputs, *fixed)):
                     r = np.array(np.broadcast_to(r, full), dtype=dtype)
                 fixed.append(r)
