@@ -23,6 +23,7 @@ from sympy.printing.codeprinter import CodePrinter
 from sympy.printing.precedence import PRECEDENCE, precedence
 
 from symgrad.build_c import prototype
+from symgrad.display import TermOrder
 from symgrad.ir import Kernel, Program, Slot
 
 from . import ModelInfo, one_line, register
@@ -37,7 +38,7 @@ PARALLEL_MIN_ROWS = 200_000
 PARALLEL_MIN_ROWS_FLOOR = 20_000
 
 
-class SymgradCPrinter(C99CodePrinter):
+class SymgradCPrinter(TermOrder, C99CodePrinter):
     """Expressions of one dtype; statements, loops and signatures belong to the emitter.
 
     ``names`` maps a SymPy symbol to its C text (``x[i]``, a local name); ``used`` collects the libm

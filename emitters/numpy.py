@@ -13,6 +13,7 @@ import sympy
 from sympy.printing.numpy import NumPyPrinter
 from sympy.printing.precedence import PRECEDENCE
 
+from symgrad.display import TermOrder
 from symgrad.ir import Kernel, Program, Slot
 
 from . import ModelInfo, one_line, register
@@ -20,7 +21,7 @@ from . import ModelInfo, one_line, register
 HELPERS = "_sg"   # symgrad.npfuncs: stable primitives and erf for arrays
 
 
-class SymgradNumPyPrinter(NumPyPrinter):
+class SymgradNumPyPrinter(TermOrder, NumPyPrinter):
     """Expressions only; statements and layout belong to the emitter."""
 
     def _print_Pow(self, expr, rational=False):

@@ -14,6 +14,7 @@ from itertools import count
 import sympy
 from sympy import Eq, Piecewise, Pow, Symbol
 
+from .display import formula
 from .rules import apply_subgradients, check_supported
 
 Assignments = list[tuple[Symbol, sympy.Expr]]
@@ -85,7 +86,7 @@ def local_derivative(expr: sympy.Expr, wrt: Symbol, where: str) -> sympy.Expr:
     d = apply_subgradients(sympy.diff(expr, wrt))
     if isinstance(expr, Pow) and not expr.exp.is_Number:
         d = sympy.powsimp(d)          # x**y*y/x (NaN at 0) -> y*x**(y - 1)
-    check_supported(d, f"{where}: derivative of {expr} with respect to {wrt}")
+    check_supported(d, lambda: f"{where}: derivative of {formula(expr)} with respect to {wrt}")
     return d
 
 

@@ -5,7 +5,18 @@ import sympy
 from sympy.printing.str import StrPrinter
 
 
-class FormulaPrinter(StrPrinter):
+class TermOrder:
+    """Printer mixin: an Add's terms in SymPy's usual display order, except when a term is a compound
+    constant. Ordering evaluates such terms numerically (``complex(term)``), which takes minutes for one
+    like ``exp(exp(exp(40)))`` (found by ``make fuzz``); those Adds keep SymPy's canonical argument order."""
+
+    def _as_ordered_terms(self, expr, order=None):
+        if any(f.is_number and not f.is_Number for t in expr.args for f in sympy.Mul.make_args(t)):
+            return list(expr.args)
+        return super()._as_ordered_terms(expr, order)
+
+
+class FormulaPrinter(TermOrder, StrPrinter):
     def _print_Piecewise(self, expr: sympy.Piecewise) -> str:
         *branches, (last, cond) = expr.args
         text = self._print(last) if cond == sympy.true else f"where({self._print(cond)}, {self._print(last)}, nan)"

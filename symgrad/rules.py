@@ -16,6 +16,8 @@ relu6'(0) = relu6'(6) = 0, ``sg.clamp`` boundaries 1, ``Max``/``Min`` of two inp
 """
 from __future__ import annotations
 
+from typing import Callable
+
 import sympy
 from sympy import (Abs, Add, And, Derivative, DiracDelta, Heaviside, Mod, Mul, Not, Or, Piecewise, Pow,
                    Subs, Symbol, ceiling, floor, frac, im, re, sign)
@@ -23,6 +25,7 @@ from sympy.core.relational import Relational
 from sympy.functions.elementary.piecewise import ExprCondPair
 from sympy.logic.boolalg import BooleanFalse, BooleanTrue, ITE
 
+from .display import formula
 from .errors import UnsupportedError
 from .primitives import PRIMITIVES
 
@@ -91,23 +94,31 @@ def _in_branches(expr: sympy.Basic) -> set:
     return found
 
 
-def check_supported(expr: sympy.Basic, where: str) -> None:
+def check_supported(expr: sympy.Basic, where: str | Callable[[], str]) -> None:
     """Raise UnsupportedError naming ``where`` (function and role) and the first unsupported sub-expression.
+    ``where`` may be a function giving the text, built only for the error (printing costs).
 
     NaN is accepted inside a Piecewise branch value (an undefined value there is what the branch computes
     when it is taken, like NumPy's 0/0; see ``rewrite.stabilize``), never outside one."""
+    problem = _first_unsupported(expr)
+    if problem is not None:
+        raise UnsupportedError(f"{where() if callable(where) else where}: {problem}")
+
+
+def _first_unsupported(expr: sympy.Basic) -> str | None:
     branches = _in_branches(expr) if expr.has(sympy.nan) else set()
     for node in sympy.preorder_traversal(expr):
         if node.is_Number or node.is_NumberSymbol:
             if node is sympy.nan and node in branches:
                 continue
             if node in _UNPRINTABLE_ATOMS:
-                raise UnsupportedError(f"{where}: cannot compile the constant {node} (in {expr})")
+                return f"cannot compile the constant {node} (in {formula(expr)})"
             continue
         if node is sympy.I:
-            raise UnsupportedError(f"{where}: complex values are not supported (in {expr})")
+            return f"complex values are not supported (in {formula(expr)})"
         if isinstance(node, SUPPORTED_FUNCTIONS) or isinstance(node, _STRUCTURAL):
             continue
         if node in (sympy.oo, -sympy.oo):
             continue
-        raise UnsupportedError(f"{where}: {_describe(node)}")
+        return _describe(node)
+    return None

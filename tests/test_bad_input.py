@@ -565,3 +565,19 @@ def test_huge_and_special_constants(backend, dtype):
         np.testing.assert_array_equal(huge(x), np.array([np.inf, -np.inf], dtype))
     out = big(x)
     assert out[0] == np.inf and out[1] == 2.0
+
+
+def test_huge_constant_terms_do_not_stall_printing():
+    """A sum with a compound constant term: SymPy's printers order terms by evaluating them numerically,
+    minutes for exp(exp(exp(40))) (found by make fuzz); symgrad's printers keep such sums unsorted. (SymPy's
+    own diff of such a constant is still slow: a known limit.)"""
+    import sympy
+    from emitters.c import SymgradCPrinter
+    from emitters.numpy import SymgradNumPyPrinter
+    from symgrad.display import formula
+    x = sympy.Symbol("x", real=True)
+    e = x + sympy.sqrt(2) + sympy.exp(sympy.exp(sympy.exp(40))) * sympy.sin(x)
+    start = time.perf_counter()
+    texts = [formula(e), SymgradCPrinter().doprint(e), SymgradNumPyPrinter().doprint(e)]
+    assert time.perf_counter() - start < 5, "printing stalled on a huge constant"
+    assert all(re.search(r"exp\((numpy\.)?exp\((numpy\.)?exp\(40", t) for t in texts), texts

@@ -652,7 +652,7 @@ void blend__value_and_jacobian_f32(int64_t n,
 
 /* ---- gelu_tanh [model.py:32] ----
    out = 0.5*x*(tanh(sqrt(2)*(0.044715*x**3 + x)/sqrt(pi)) + 1)
-   vjp x: grad*(0.5*sqrt(2)*x*(1 - tanh(sqrt(2)*(0.044715*x**3 + x)/sqrt(pi))**2)*(0.134145*x**2 + 1)/sqrt(pi) + 0.5*tanh(sqrt(2)*(0.044715*x**3 + x)/sqrt(pi)) + 0.5) */
+   vjp x: grad*(0.5 + 0.5*tanh(sqrt(2)*(0.044715*x**3 + x)/sqrt(pi)) + 0.5*sqrt(2)*x*(1 - tanh(sqrt(2)*(0.044715*x**3 + x)/sqrt(pi))**2)*(0.134145*x**2 + 1)/sqrt(pi)) */
 /* value_and_vjp of gelu_tanh [model.py:32], double */
 void gelu_tanh__value_and_vjp_f64(int64_t n,
                                   const double *restrict x,
