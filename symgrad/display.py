@@ -11,7 +11,7 @@ class TermOrder:
     like ``exp(exp(exp(40)))`` (found by ``make fuzz``); those Adds keep SymPy's canonical argument order."""
 
     def _as_ordered_terms(self, expr, order=None):
-        if any(f.is_number and not f.is_Number for t in expr.args for f in sympy.Mul.make_args(t)):
+        if any(not f.is_Atom and f.is_number for t in expr.args for f in sympy.Mul.make_args(t)):
             return list(expr.args)
         return super()._as_ordered_terms(expr, order)
 
