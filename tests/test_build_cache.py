@@ -177,21 +177,24 @@ def _c_entry(cache: Path) -> Path:
     return entry
 
 
+def _damage(path: Path, how: str) -> None:
+    """Leave ``path`` as a crash, a full disk or a stray edit might: truncated, emptied, garbage, ..."""
+    if how == "delete":
+        path.unlink()
+        return
+    data = path.read_bytes()
+    path.write_bytes({"truncate": data[: len(data) // 3], "empty": b"", "garbage": os.urandom(len(data)),
+                      "zero the ELF header": b"\0" * 64 + data[64:],
+                      "wrong json": json.dumps({"functions": []}).encode(),
+                      "syntax": data.replace(b"def ", b"def def ", 1)}[how])
+
+
 @pytest.mark.parametrize("damage", ["truncate", "zero the ELF header", "empty", "delete"])
 def test_broken_c_extension_is_rebuilt(built, damage):
     model, cache, _ = built
-    entry = _c_entry(cache)
-    (so,) = entry.glob("_sg_*.so")
+    (so,) = _c_entry(cache).glob("_sg_*.so")
     size = so.stat().st_size
-    data = so.read_bytes()
-    if damage == "truncate":
-        so.write_bytes(data[: len(data) // 3])
-    elif damage == "zero the ELF header":
-        so.write_bytes(b"\0" * 64 + data[64:])
-    elif damage == "empty":
-        so.write_bytes(b"")
-    else:
-        so.unlink()
+    _damage(so, damage)
     run_child(model, cache, "c")
     entry = _c_entry(cache)
     assert next(entry.glob("_sg_*.so")).stat().st_size == size
@@ -202,44 +205,21 @@ def test_broken_package_manifest_is_rebuilt(built, damage):
     model, cache, package = built
     manifest = package / "manifest.json"
     text = manifest.read_text()
-    if damage == "truncate":
-        manifest.write_text(text[: len(text) // 2])
-    elif damage == "garbage":
-        manifest.write_bytes(os.urandom(len(text)))
-    elif damage == "empty":
-        manifest.write_text("")
-    elif damage == "wrong json":
-        manifest.write_text(json.dumps({"functions": []}))
-    else:
-        manifest.unlink()
+    _damage(manifest, damage)
     for backend in ("numpy", "c"):
         run_child(model, cache, backend)
     assert json.loads(manifest.read_text()) == json.loads(text)
 
 
-@pytest.mark.parametrize("damage", ["truncate", "syntax", "empty", "delete"])
-def test_broken_numpy_kernels_are_rebuilt(built, damage):
+@pytest.mark.parametrize("backend, filename, damage", [
+    *[("numpy", "kernels_numpy.py", d) for d in ("truncate", "syntax", "empty", "delete")],
+    ("c", "kernels.c", "truncate")])
+def test_broken_generated_source_is_rebuilt(built, backend, filename, damage):
     model, cache, package = built
-    kernels = package / "kernels_numpy.py"
+    kernels = package / filename
     text = kernels.read_text()
-    if damage == "truncate":
-        kernels.write_text(text[: len(text) // 2])
-    elif damage == "syntax":
-        kernels.write_text(text.replace("def ", "def def ", 1))
-    elif damage == "empty":
-        kernels.write_text("")
-    else:
-        kernels.unlink()
-    run_child(model, cache, "numpy")
-    assert kernels.read_text() == text
-
-
-def test_broken_c_source_in_a_package_is_rebuilt(built):
-    model, cache, package = built
-    kernels = package / "kernels.c"
-    text = kernels.read_text()
-    kernels.write_text(text[: len(text) // 2])
-    run_child(model, cache, "c")
+    _damage(kernels, damage)
+    run_child(model, cache, backend)
     assert kernels.read_text() == text
 
 
