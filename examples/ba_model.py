@@ -7,8 +7,8 @@ feature ``feat`` (2). Its residual block is
     reproj_err = w * (proj(cam, X) - feat)    (2 numbers, ADBench's code sign)
     w_err      = 1 - w**2
 
-symgrad derives the 3 x 15 Jacobian block and ``examples/bundle_adjustment.py`` scatters the blocks into
-ADBench's sparse Jacobian. Compile and inspect:
+symgrad derives the 2 x 15 Jacobian block and ``examples/bundle_adjustment.py`` has the kernel write the
+blocks straight into the values of ADBench's sparse Jacobian. Compile and inspect:
 
     symgrad show examples/ba_model.py ba_residual
     symgrad check examples/ba_model.py
@@ -42,9 +42,10 @@ def project(cam, X):
     return [f * u[k] * distortion + x0[k] for k in range(2)]
 
 
-@sg.function
+@sg.function(nondiff=("feat",))
 def ba_residual(cam: sg.Vector(11), X: sg.Vector(3), w, feat: sg.Vector(2)):
-    """Weighted reprojection error of one observation (2 numbers)."""
+    """Weighted reprojection error of one observation (2 numbers). The observed feature is data: no
+    gradient, so the Jacobian block is exactly J's 2 x 15 [camera | point | weight] nonzeros."""
     proj = project(cam, X)
     return [w * (proj[0] - feat[0]), w * (proj[1] - feat[1])]
 

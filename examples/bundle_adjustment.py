@@ -7,8 +7,9 @@
 The residual is F = [reproj_err (2p) ; w_err (p)]. Its Jacobian J is 3p x (11n + 3m + p): rows 2i, 2i+1 hold
 observation i's 15 nonzeros [11 camera | 3 point | 1 weight] in ascending column order, rows 2p.. hold
 d w_err_i / d w_i = -2 w_i. One call of the compiled function's fused ``value_and_jacobian`` computes every
-observation's residual and 2 x 17 block in a single pass (cameras and points gathered per observation); the
-CSR structure is built with vectorised NumPy.
+observation's residual and 2 x 15 block in a single pass (cameras and points gathered per observation; the
+feature is declared ``nondiff``, so it has no columns) and writes the blocks straight into the CSR values
+(``out=``); the CSR structure is built with vectorised NumPy.
 
     python examples/bundle_adjustment.py                  # a small perturbed instance, timings
     python examples/bundle_adjustment.py data/ba/ba1_n49_m7776_p31843.txt    # an ADBench file
@@ -113,10 +114,10 @@ def ba_objective(cams, X, w, feats, obs) -> tuple[np.ndarray, np.ndarray]:
     return m.ba_residual(cam_o, X_o, w, feats), m.ba_weight_error(w)
 
 
-def ba_residual_blocks(cam_o, X_o, w, feats) -> tuple[np.ndarray, np.ndarray]:
-    """(reproj_err (p, 2), blocks (p, 2, 15)) for already gathered per-observation cameras and points."""
-    value, J = model().ba_residual.value_and_jacobian(cam_o, X_o, w, feats)      # J: (p, 2, 11 + 3 + 1 + 2)
-    return value, J[:, :, :BLOCK]
+def ba_residual_blocks(cam_o, X_o, w, feats, out=None) -> tuple[np.ndarray, np.ndarray]:
+    """(reproj_err (p, 2), blocks (p, 2, 15)) for already gathered per-observation cameras and points;
+    ``out``: (reproj_err, blocks) arrays to write into."""
+    return model().ba_residual.value_and_jacobian(cam_o, X_o, w, feats, out=out)
 
 
 def ba_jacobian(cams, X, w, feats, obs, structure=None) -> tuple[np.ndarray, np.ndarray, BASparseMat]:
@@ -127,11 +128,11 @@ def ba_jacobian(cams, X, w, feats, obs, structure=None) -> tuple[np.ndarray, np.
     cams, X, w = np.asarray(cams), np.asarray(X), np.asarray(w)
     p = w.shape[0]
     cam_o, X_o = _gather(cams, X, obs)
-    reproj_err, blocks = ba_residual_blocks(cam_o, X_o, w, feats)
-    w_err, dw = model().ba_weight_error.value_and_jacobian(w)
-    data = np.empty(31 * p, blocks.dtype)
-    data[:30 * p].reshape(p, 2, BLOCK)[:] = blocks
-    data[30 * p:] = dw.reshape(p)
+    dtype = np.result_type(cam_o, X_o, w, feats)
+    data = np.empty(31 * p, dtype)
+    reproj_err = np.empty((p, 2), dtype)
+    ba_residual_blocks(cam_o, X_o, w, feats, out=(reproj_err, data[:30 * p].reshape(p, 2, BLOCK)))
+    w_err, _ = model().ba_weight_error.value_and_jacobian(w, out=(np.empty(p, dtype), data[30 * p:].reshape(p, 1, 1)))
     shape = (3 * p, N_CAM * cams.shape[0] + N_PT * X.shape[0] + p)
     if structure is None:
         indptr, indices, shape = ba_structure(cams.shape[0], X.shape[0], obs)

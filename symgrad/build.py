@@ -101,7 +101,7 @@ def _slot_json(s: Slot) -> dict:
 def kernel_manifest(k: Kernel, sources: dict[str, str]) -> dict:
     return {
         "name": k.public_name, "ident": k.name, "origin": k.origin, "doc": k.doc, "returns_tuple": k.returns_tuple,
-        "args": [_slot_json(a) for a in k.args], "outputs": [_slot_json(o) for o in k.outputs],
+        "args": [dict(_slot_json(a), diff=a.name not in k.nondiff) for a in k.args], "outputs": [_slot_json(o) for o in k.outputs],
         "programs": {p.name: {"inputs": [_slot_json(s) for s in p.inputs],
                               "outputs": [_slot_json(s) for s in p.outputs]} for p in k.programs},
         "formulas": dict(k.formulas), "derivatives": dict(k.derivatives), "op_counts": dict(k.op_counts),

@@ -49,6 +49,9 @@ def finite_differences(fn: CompiledFunction, args: list[np.ndarray], seeds: list
     objective = _scalar_objective(fn, seeds)
     grads = []
     for i, a in enumerate(args):
+        if not fn.arg_diff[i]:          # nondiff: no gradient to compare
+            grads.append(None)
+            continue
         flat = a.reshape(a.shape[0], -1)
         g = np.empty_like(flat)
         for j in range(flat.shape[1]):
@@ -67,19 +70,24 @@ def check_function(fn: CompiledFunction, n: int = 64, seed: int = 0, rtol: float
     rng = np.random.default_rng(seed)
     args = sample_inputs(fn, n, rng)
     seeds = [rng.normal(size=(n, *shape)) for shape in fn.out_shapes]
-    analytic = [g.reshape(n, -1) for g in fn.vjp(*args, *seeds)]
+    analytic = [None if g is None else g.reshape(n, -1) for g in fn.vjp(*args, *seeds)]
     coarse = finite_differences(fn, args, seeds, 1e-5)
     fine = finite_differences(fn, args, seeds, 2e-6)
-    smooth = [np.isclose(c, f, rtol=1e-4, atol=1e-6) & np.isfinite(c) for c, f in zip(coarse, fine)]
+    smooth = [None if c is None else np.isclose(c, f, rtol=1e-4, atol=1e-6) & np.isfinite(c)
+              for c, f in zip(coarse, fine)]
     references = [("finite differences", fine, smooth)]
     if against is not None:
         result = against(*args, *seeds)
         result = result if isinstance(result, (tuple, list)) else (result,)
-        hand = [np.broadcast_to(np.asarray(r, dtype=float), a.shape).reshape(n, -1) for r, a in zip(result, args)]
+        # a None gradient means zero, as in a PyTorch backward
+        hand = [np.broadcast_to(np.asarray(0.0 if r is None else r, dtype=float), a.shape).reshape(n, -1)
+                for r, a in zip(result, args)]
         references = [("hand-written", hand, [np.ones_like(h, dtype=bool) for h in hand])]
     mismatches = []
     for reference, numeric, valid in references:
         for name, a, num, ok in zip(fn.arg_names, analytic, numeric, valid):
+            if a is None:                   # a nondiff argument: no gradient to compare
+                continue
             bad = ok & ~np.isclose(a, num, rtol=rtol, atol=atol)
             for row, col in zip(*np.nonzero(bad)):
                 point = {nm: np.round(x.reshape(n, -1)[row], 6).tolist() for nm, x in zip(fn.arg_names, args)}

@@ -80,6 +80,9 @@ class CompiledFunction:
         self.__doc__ = entry["doc"] or f"Compiled symgrad function {self.name} ({self.origin})."
         self.arg_names = tuple(a["name"] for a in entry["args"])
         self.arg_shapes = tuple(tuple(a["shape"]) for a in entry["args"])
+        #: False for arguments declared ``nondiff``: vjp gives None for them, jacobian/jvp skip them
+        self.arg_diff = tuple(a.get("diff", True) for a in entry["args"])
+        self._all_diff = all(self.arg_diff)
         self.out_shapes = tuple(tuple(o["shape"]) for o in entry["outputs"])
         self.n_outputs = len(self.out_shapes)
         self.returns_tuple: bool = entry["returns_tuple"]
@@ -222,22 +225,26 @@ class CompiledFunction:
         arrays, dtype, batch = self._arrays(args + cots, self._vjp_shapes, self._vjp_names)
         buffers = self._out(out, program, dtype, batch, arrays)
         if buffers is not None:
-            for a, shape, name in zip(args, self.arg_shapes, self.arg_names):
-                if np.shape(a) != batch + shape:
+            for a, shape, name, diff in zip(args, self.arg_shapes, self.arg_names, self.arg_diff):
+                if diff and np.shape(a) != batch + shape:
                     raise ArgumentError(f"{self.name}: with out=, argument '{name}' must have the full shape "
                                         f"{batch + shape} (its gradient would be summed over broadcast axes)")
         results = self._kernel(program, dtype)(tuple(arrays), batch, buffers)
         n_out = self.n_outputs if program == "value_and_vjp" else 0
         grads = results[n_out:]
-        for g, a in zip(grads, args):
+        wrt = args if self._all_diff else [a for a, d in zip(args, self.arg_diff) if d]
+        for g, a in zip(grads, wrt):
             if type(a) is not np.ndarray or g.shape != a.shape:   # broadcast (or a number): sum back
-                grads = tuple(sum_to_shape(g, np.shape(a)) for g, a in zip(grads, args))
+                grads = tuple(sum_to_shape(g, np.shape(a)) for g, a in zip(grads, wrt))
                 break
+        if not self._all_diff:
+            it = iter(grads)
+            grads = tuple(next(it) if d else None for d in self.arg_diff)
         return results[:n_out], grads
 
     def vjp(self, *args_and_cotangents: Any, out: Any = None) -> tuple[np.ndarray, ...]:
-        """Gradients of every argument (each shaped like its argument) given one cotangent per output;
-        ``out=``: one array per gradient to write into."""
+        """Gradients of every argument (each shaped like its argument; None for a ``nondiff`` one) given one
+        cotangent per output; ``out=``: one array per gradient (of the differentiable arguments)."""
         return self._vjp_call("vjp", args_and_cotangents, "vjp", out)[1]
 
     def value_and_vjp(self, *args_and_cotangents: Any, out: Any = None) -> tuple[Any, tuple[np.ndarray, ...]]:
@@ -247,23 +254,33 @@ class CompiledFunction:
         return self._package_outputs(outs), grads
 
     def jvp(self, inputs: tuple, tangents: tuple) -> tuple[Any, Any]:
-        """Forward mode, like ``jax.jvp``: (outputs, output tangents) for argument ``tangents``."""
+        """Forward mode, like ``jax.jvp``: (outputs, output tangents) for argument ``tangents`` (None in the
+        place of a ``nondiff`` argument)."""
         inputs, tangents = tuple(inputs), tuple(tangents)
         if len(inputs) != len(self.arg_names) or len(tangents) != len(self.arg_names):
             raise ArgumentError(f"{self.name}.jvp takes a tuple of {len(self.arg_names)} inputs and a tuple of "
                                 f"{len(self.arg_names)} tangents; got {len(inputs)} and {len(tangents)}")
-        names = self.arg_names + tuple(f"tangent of {n}" for n in self.arg_names)
-        arrays, dtype, batch = self._arrays(inputs + tangents, self.arg_shapes * 2, names)
+        for t, name, diff in zip(tangents, self.arg_names, self.arg_diff):
+            if (t is None) == diff:
+                raise ArgumentError(f"{self.name}.jvp: argument '{name}' is " + (
+                    "differentiable; give it a tangent, not None" if diff else
+                    "declared nondiff; pass None as its tangent"))
+        wrt = [(t, n, s) for t, n, s, d in zip(tangents, self.arg_names, self.arg_shapes, self.arg_diff) if d]
+        names = self.arg_names + tuple(f"tangent of {n}" for _, n, _ in wrt)
+        shapes = self.arg_shapes + tuple(s for _, _, s in wrt)
+        arrays, dtype, batch = self._arrays(inputs + tuple(t for t, _, _ in wrt), shapes, names)
         results = self._kernel("jvp", dtype)(tuple(arrays), batch)
         n = self.n_outputs
         return self._package_outputs(results[:n]), self._package_outputs(results[n:])
 
-    def value_and_jacobian(self, *args: Any) -> tuple[Any, np.ndarray]:
+    def value_and_jacobian(self, *args: Any, out: Any = None) -> tuple[Any, np.ndarray]:
         """(outputs, J) with J of shape ``batch + (n_out, n_in)``: rows are the flattened outputs in order,
-        columns the flattened arguments in order (each row-major), from one fused kernel."""
+        columns the flattened differentiable (not ``nondiff``) arguments in order (each row-major), from one
+        fused kernel; ``out=``: arrays for the outputs, then J (e.g. a view of a sparse matrix's values)."""
         self._check_arity(args)
         arrays, dtype, batch = self._arrays(args, self.arg_shapes, self.arg_names)
-        results = self._kernel("value_and_jacobian", dtype)(tuple(arrays), batch)
+        buffers = self._out(out, "value_and_jacobian", dtype, batch, arrays)
+        results = self._kernel("value_and_jacobian", dtype)(tuple(arrays), batch, buffers)
         return self._package_outputs(results[:-1]), results[-1]
 
     def jacobian(self, *args: Any) -> np.ndarray:

@@ -43,6 +43,7 @@ class ArgSpec:
     name: str
     shape: tuple[int, ...]
     symbols: tuple[sympy.Symbol, ...]   # row-major elements
+    diff: bool = True                   # False: declared in ``nondiff`` (no gradient, no Jacobian columns)
 
 
 @dataclass(frozen=True)
@@ -63,7 +64,8 @@ class Spec:
     doc: str
 
     def __str__(self) -> str:
-        sig = ", ".join(a.name if not a.shape else f"{a.name}: {Shape(a.shape)!r}" for a in self.args)
+        sig = ", ".join((a.name if not a.shape else f"{a.name}: {Shape(a.shape)!r}") + ("" if a.diff else " [nondiff]")
+                        for a in self.args)
         outs = "\n".join(f"  out{k} = {list(o.exprs) if o.shape else o.exprs[0]}" for k, o in enumerate(self.outputs))
         return f"{self.name}({sig})  [{self.origin}]\n{outs}"
 
@@ -125,10 +127,11 @@ def _check_size(expr: sympy.Expr, fname: str, limit: int) -> None:
 class SymbolicFunction:
     """A forward function written with SymPy; see the module docstring for how calls behave."""
 
-    def __init__(self, fn: Callable) -> None:
+    def __init__(self, fn: Callable, nondiff: tuple[str, ...] = ()) -> None:
         functools.update_wrapper(self, fn)
         self.fn = fn
         self.name = fn.__name__
+        self.nondiff = tuple(nondiff)
         self._compiled = None
 
     def __repr__(self) -> str:
@@ -142,13 +145,17 @@ class SymbolicFunction:
     def trace(self) -> Spec:
         """Call the body once with real SymPy symbols (the frontend owns symbol creation)."""
         params = list(inspect.signature(self.fn).parameters.values())
+        unknown = sorted(set(self.nondiff) - {p.name for p in params})
+        if unknown:
+            raise ModelError(f"{self.name}: nondiff names {', '.join(map(repr, unknown))}, which "
+                             f"{'is not an argument' if len(unknown) == 1 else 'are not arguments'} of the function")
         args, values = [], []
         for p in params:
             if p.kind not in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD):
                 raise ModelError(f"{self.name}: only plain positional arguments are supported (got '{p}')")
             shape = _resolve_annotation(self.fn, p.annotation, p.name)
             symbols = _element_symbols(p.name, shape)
-            args.append(ArgSpec(p.name, shape, tuple(symbols)))
+            args.append(ArgSpec(p.name, shape, tuple(symbols), p.name not in self.nondiff))
             if not shape:
                 values.append(symbols[0])
             else:
@@ -199,13 +206,13 @@ class SymbolicFunction:
             self._compiled = compile_function(self)
         return self._compiled
 
-    def vjp(self, *args: Any) -> tuple:
+    def vjp(self, *args: Any, out: Any = None) -> tuple:
         """Input gradients given the arguments followed by one cotangent per output."""
-        return self.compiled().vjp(*args)
+        return self.compiled().vjp(*args, out=out)
 
-    def value_and_vjp(self, *args: Any) -> tuple:
+    def value_and_vjp(self, *args: Any, out: Any = None) -> tuple:
         """(outputs, input gradients) in one fused call."""
-        return self.compiled().value_and_vjp(*args)
+        return self.compiled().value_and_vjp(*args, out=out)
 
     def jvp(self, inputs: tuple, tangents: tuple) -> tuple:
         """(outputs, output tangents), forward mode."""
@@ -215,8 +222,9 @@ class SymbolicFunction:
         """Dense per-row Jacobian blocks, shape ``batch + (n_out, n_in)``."""
         return self.compiled().jacobian(*args)
 
-    def value_and_jacobian(self, *args: Any) -> tuple:
-        return self.compiled().value_and_jacobian(*args)
+    def value_and_jacobian(self, *args: Any, out: Any = None) -> tuple:
+        """(outputs, per-row Jacobian blocks) from one fused kernel."""
+        return self.compiled().value_and_jacobian(*args, out=out)
 
     def source(self, target: str = "numpy") -> str:
         return self.compiled().source(target)
@@ -234,8 +242,17 @@ class SymbolicFunction:
         return self.compiled().derivatives
 
 
-def function(fn: Callable) -> SymbolicFunction:
-    """Declare a forward function written with SymPy expressions; symgrad derives and compiles its gradient."""
+def function(fn: Callable | None = None, *, nondiff: tuple[str, ...] | list[str] = ()
+             ) -> SymbolicFunction | Callable[[Callable], SymbolicFunction]:
+    """Declare a forward function written with SymPy expressions; symgrad derives and compiles its gradient.
+
+    ``@sg.function(nondiff=("feat",))`` marks arguments that are data, not variables (observed features,
+    labels): they get no gradient (``vjp`` gives None in their place) and no Jacobian columns, like
+    ``jax.custom_vjp``'s ``nondiff_argnums`` but by name."""
+    if isinstance(nondiff, str):
+        nondiff = (nondiff,)
+    if fn is None:
+        return lambda f: function(f, nondiff=nondiff)
     if not callable(fn):
         raise ModelError(f"@sg.function expects a function, got {type(fn).__name__}")
-    return SymbolicFunction(fn)
+    return SymbolicFunction(fn, tuple(nondiff))

@@ -91,6 +91,7 @@ class Kernel:
     programs: tuple[Program, ...]
     formulas: tuple[tuple[str, str], ...] = ()      # (output name, forward formula in user names)
     derivatives: tuple[tuple[str, str], ...] = ()   # (argument name, closed-form vjp or '')
+    nondiff: tuple[str, ...] = ()                   # arguments without gradient slots or Jacobian columns
     op_counts: tuple[tuple[str, int], ...] = field(default=())
 
     def program(self, name: str) -> Program:

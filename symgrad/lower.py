@@ -64,7 +64,8 @@ def lower(spec: Spec) -> Kernel:
     outputs = [stabilize(e) for out in spec.outputs for e in out.exprs]
     for e in outputs:
         check_supported(e, b.where)
-    arg_syms = [s for a in spec.args for s in a.symbols]
+    # gradients, tangents and Jacobian columns are over the differentiable arguments only
+    arg_syms = [s for a in spec.args if a.diff for s in a.symbols]
 
     temps, reduced = straight_line(outputs, "_t")
     out_syms = [Symbol(f"_out{k}", real=True) for k in range(len(outputs))]
@@ -97,10 +98,11 @@ def lower(spec: Spec) -> Kernel:
         cot_slots.append(b.slot("grad" if single else f"grad_{oname}", o.shape, "cotangent",
                                 [next(it_cot) for _ in range(n)], of=oname))
     it_grad, it_tan = iter(grad_syms), iter(tan_syms)
+    wrt = [a for a, a_spec in zip(args, spec.args) if a_spec.diff]
     grad_slots = [b.slot(f"grad_{a.name}", a.shape, "grad", [next(it_grad) for _ in a.symbols], of=a.name)
-                  for a in args]
+                  for a in wrt]
     tan_slots = [b.slot(f"tangent_{a.name}", a.shape, "tangent", [next(it_tan) for _ in a.symbols], of=a.name)
-                 for a in args]
+                 for a in wrt]
     it_jvp = iter(jvp_syms)
     jvp_slots = [b.slot(f"jvp_{o.name}", o.shape, "jvp", [next(it_jvp) for _ in o.symbols], of=o.name)
                  for o in out_slots]
@@ -134,6 +136,7 @@ def lower(spec: Spec) -> Kernel:
         formulas=tuple((s.name, formula(e.xreplace(b.rename))) for s, e in zip(out_slots, outputs)
                        if not s.shape),
         derivatives=_closed_forms(spec, outputs, cot_slots, b),
+        nondiff=tuple(a.name for a, a_spec in zip(args, spec.args) if not a_spec.diff),
         op_counts=tuple((p.name, p.op_count()) for p in programs),
     )
     return kernel.validate()
@@ -146,8 +149,8 @@ def _closed_forms(spec: Spec, outputs: list[sympy.Expr], cot_slots: list[Slot], 
     seeds = [s for slot in cot_slots for s in slot.symbols]
     result = []
     for a in spec.args:
-        text = ""
-        if small and not a.shape:
+        text = "" if a.diff else "non_differentiable"      # derivatives.yaml's keyword for such inputs
+        if small and not a.shape and a.diff:
             x = a.symbols[0]
             total = sympy.Add(*[g * apply_subgradients(sympy.diff(e, x)) for g, e in zip(seeds, outputs)])
             text = formula(total.xreplace(b.rename))

@@ -90,7 +90,7 @@ class JaxFunction:
     def _make_core(self) -> Any:
         fn, n_args, n_out = self.fn, self._n_args, self._n_out
         self._jac_ok = (all(s == () for s in fn.arg_shapes + fn.out_shapes) and n_out == 1
-                        and n_args <= 2 and "value_and_jacobian" in fn._entry.get("programs", ()))
+                        and n_args <= 2 and all(fn.arg_diff) and "value_and_jacobian" in fn._entry.get("programs", ()))
 
         def out_structs(args: tuple) -> tuple:
             batch = self._batch(tuple(a.shape for a in args))
@@ -111,7 +111,9 @@ class JaxFunction:
             batch = tuple(np.broadcast_shapes(*(a.shape[:a.ndim - len(t)] for a, t in
                                                 zip(arrays, fn.arg_shapes + fn.out_shapes))))
             full = [np.broadcast_to(a, batch + t) for a, t in zip(args, fn.arg_shapes)]
-            return tuple(fn.vjp(*full, *arrays[n_args:]))
+            grads = fn.vjp(*full, *arrays[n_args:])
+            # custom_vjp wants a cotangent for every argument: zero for a nondiff one
+            return tuple(np.zeros_like(a) if g is None else g for g, a in zip(grads, full))
 
         def call_forward(args: tuple) -> tuple:
             return jax.pure_callback(forward_callback, out_structs(args), *args, vmap_method="expand_dims")

@@ -174,7 +174,7 @@ class TorchFunction:
         self._scalar_args = all(s == () for s in fn.arg_shapes)
         # One output only: multi-output fused Jacobians are not trusted yet (xfail in tests/test_adbench.py).
         self._jac_ok = (self._scalar_args and all(s == () for s in fn.out_shapes) and n_out == 1
-                        and n_args <= 2 and "value_and_jacobian" in fn._entry.get("programs", ()))
+                        and n_args <= 2 and all(fn.arg_diff) and "value_and_jacobian" in fn._entry.get("programs", ()))
         self.op = self.vjp_op = self.function = self.func_function = None
         if implementation in ("auto", "custom_op"):
             self.op, self.vjp_op, self.func_function = _make_custom_ops(op_name, fn.arg_names, fn.arg_shapes,
@@ -298,7 +298,8 @@ def _make_custom_ops(op_name: str, arg_names: tuple, arg_shapes: tuple, out_shap
     def vjp_impl(*tensors: torch.Tensor) -> Any:
         inputs = tensors[:n_args]
         grads = _BOUND[op_name].vjp(*(_np(t) for t in tensors))
-        results = tuple(_grad_tensor(g, t) for g, t in zip(grads, inputs))
+        # a nondiff argument's gradient is zero: the op's schema returns one tensor per argument
+        results = tuple(torch.zeros_like(t) if g is None else _grad_tensor(g, t) for g, t in zip(grads, inputs))
         return results if n_args > 1 else results[0]
 
     op = torch.library.custom_op(qualified, forward_impl, mutates_args=(), device_types="cpu",
@@ -476,7 +477,8 @@ def _make_autograd_function(op_name: str, n_args: int, n_out: int) -> type:
             inputs = ctx.saved_tensors
             cots = [_np(g) if g is not None else 0.0 for g in grads]
             results = _BOUND[op_name].vjp(*(_np(t) for t in inputs), *cots)
-            results = [_grad_tensor(r, t) if need else None for r, t, need in zip(results, inputs, needs)]
+            results = [_grad_tensor(r, t) if need and r is not None else None
+                       for r, t, need in zip(results, inputs, needs)]
             anchors = inputs
         if torch.is_grad_enabled():               # create_graph=True: a second differentiation must fail
             with torch.enable_grad():

@@ -1,7 +1,8 @@
 """``apply_compiled``: a compiled ``@sg.function`` call on tensors becomes one tape node.
 
 Forward runs ``fn.forward`` on the tensors' arrays; backward calls ``fn.vjp(*saved_inputs, *grads)``,
-whose gradients already come summed to each input's shape. The vjp kernel is first-order only: under
+whose gradients already come summed to each input's shape (None for a ``nondiff`` argument: a tensor passed
+there gets no gradient, as for a PyTorch Function whose backward returns None for it). The vjp kernel is first-order only: under
 ``create_graph=True`` its results carry a node that refuses a second differentiation with a clear error.
 """
 from __future__ import annotations
@@ -63,8 +64,8 @@ def _vjp_backward(node: Node, grads: list, graph: bool) -> tuple:
         return fn.vjp(*node.saved, *grads)
     results = fn.vjp(*node.saved, *(g.data for g in grads))
     refuse = Node(_refuse_double_backward, (), None, fn, node.name + "Backward",
-                  tuple((np.shape(r), np.result_type(r)) for r in results))
-    return tuple(None if inp is None else _result(r, refuse, i)
+                  tuple(((), np.float64) if r is None else (np.shape(r), np.result_type(r)) for r in results))
+    return tuple(None if inp is None or r is None else _result(r, refuse, i)
                  for i, (inp, r) in enumerate(zip(node.inputs, results)))
 
 
