@@ -121,7 +121,7 @@ def _unpack(slot: Slot) -> list[str]:
 def _pack(slot: Slot) -> str:
     if not slot.shape:
         return str(slot.symbols[0])
-    return f"{HELPERS}.pack(({', '.join(map(str, slot.symbols))},), {slot.shape!r})"
+    return f"{HELPERS}.pack(({''.join(f'{s}, ' for s in slot.symbols).rstrip()}), {slot.shape!r})"
 
 
 def _docstring_text(text: str) -> str:
@@ -152,7 +152,7 @@ class NumPyEmitter:
             note = f"  # {one_line(a.note)}" if a.note else ""
             body.append(f"{a.target} = {self.printer.doprint(a.expr)}{note}")
         lines += [f"        {line}" for line in body or ["pass"]]
-        lines.append(f"    return ({', '.join(_pack(s) for s in program.outputs)},)")
+        lines.append(f"    return ({''.join(_pack(s) + ', ' for s in program.outputs).rstrip()})")
         return "\n".join(lines)
 
     def emit_function(self, kernel: Kernel) -> str:

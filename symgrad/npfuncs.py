@@ -51,5 +51,7 @@ def erfc(x):
 
 def pack(elements, shape):
     """Stack per-element scalars (arrays or constants) into arrays with trailing ``shape``."""
+    if not elements:            # a Jacobian with no columns (every argument nondiff): broadcast by the caller
+        return numpy.zeros(tuple(shape))
     arrays = numpy.broadcast_arrays(*elements)
     return numpy.stack(arrays, axis=-1).reshape(arrays[0].shape + tuple(shape))

@@ -80,6 +80,7 @@ class Adam(Optimizer):
         if not (0.0 <= betas[0] < 1.0 and 0.0 <= betas[1] < 1.0):
             raise ValueError(f"Invalid beta parameters: {betas}")
         super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, amsgrad=amsgrad))
+        self._scratch: dict[Any, np.ndarray] = {}
 
     def step(self) -> None:
         for group in self.param_groups:
@@ -93,17 +94,25 @@ class Adam(Optimizer):
                         state["max_exp_avg_sq"] = np.zeros_like(p.data)
                 state["step"] += 1
                 m, v = state["exp_avg"], state["exp_avg_sq"]
+                # in place, into one scratch array per parameter: no temporaries (each would be a fresh
+                # allocation and its page faults on every step), 13 passes over L2-resident data
+                tmp = self._scratch.get(p)
+                if tmp is None or tmp.shape != g.shape or tmp.dtype != g.dtype:
+                    tmp = self._scratch[p] = np.empty_like(g)
                 m *= beta1
-                m += (1 - beta1) * g
+                np.multiply(g, 1 - beta1, out=tmp)
+                m += tmp
                 v *= beta2
-                v += (1 - beta2) * (g * g)
+                np.multiply(g, g, out=tmp)
+                tmp *= 1 - beta2
+                v += tmp
                 if group["amsgrad"]:
                     np.maximum(state["max_exp_avg_sq"], v, out=state["max_exp_avg_sq"])
                     v = state["max_exp_avg_sq"]
                 step = state["step"]
-                denom = np.sqrt(v)
-                denom /= math.sqrt(1 - beta2**step)
-                denom += group["eps"]
-                update = m / denom
-                update *= group["lr"] / (1 - beta1**step)
-                p.data -= update
+                np.sqrt(v, out=tmp)
+                tmp /= math.sqrt(1 - beta2**step)
+                tmp += group["eps"]
+                np.divide(m, tmp, out=tmp)
+                tmp *= group["lr"] / (1 - beta1**step)
+                p.data -= tmp

@@ -154,3 +154,17 @@ def test_jax_grad_of_nondiff_argument_is_zero():
     gx, glabel = jax.jit(jax.grad(lambda a, b: f(a, b).sum(), argnums=(0, 1)))(x, label)
     np.testing.assert_allclose(gx, label / (1 + np.exp(-x)), rtol=1e-12)
     np.testing.assert_array_equal(glabel, 0.0)
+
+
+def test_function_with_every_argument_nondiff(backend):
+    """Nothing to differentiate: the kernels still build (no gradient slots, a Jacobian with no columns)."""
+    @sg.function(nondiff=("x",))
+    def constant_exp(x):
+        return sg.exp(x)
+
+    x = np.linspace(0.0, 1.0, 5)
+    np.testing.assert_allclose(constant_exp(x), np.exp(x), rtol=1e-15)
+    assert constant_exp.vjp(x, np.ones(5)) == (None,)
+    assert constant_exp.jacobian(x).shape == (5, 1, 0)
+    _, tangent = constant_exp.jvp((x,), (None,))
+    np.testing.assert_array_equal(tangent, 0.0)
