@@ -569,7 +569,7 @@ def test_huge_and_special_constants(backend, dtype):
 
 def test_huge_constant_terms_do_not_stall_printing():
     """A sum with a compound constant term: SymPy's printers order terms by evaluating them numerically,
-    minutes for exp(exp(exp(40))) (found by make fuzz); symgrad's printers keep such sums unsorted. (SymPy's
+    minutes for exp(exp(exp(40))) (found by make fuzz); symgrad's printers keep SymPy's canonical order. (SymPy's
     own diff of such a constant is still slow: a known limit.)"""
     import sympy
     from emitters.c import SymgradCPrinter

@@ -457,9 +457,9 @@ void softplus__value_and_jacobian_f32(int64_t n,
 }
 
 /* ---- blend [model.py:27] ----
-   out = log1p(x**2*y**2) + exp(-y**2)*sin(x)
-   vjp x: grad*(2*x*y**2/(x**2*y**2 + 1) + exp(-y**2)*cos(x))
-   vjp y: grad*(2*x**2*y/(x**2*y**2 + 1) - 2*y*exp(-y**2)*sin(x)) */
+   out = exp(-y**2)*sin(x) + log1p(x**2*y**2)
+   vjp x: grad*(exp(-y**2)*cos(x) + 2*x*y**2/(1 + x**2*y**2))
+   vjp y: grad*(-2*y*exp(-y**2)*sin(x) + 2*x**2*y/(1 + x**2*y**2)) */
 /* value_and_vjp of blend [model.py:27], double */
 void blend__value_and_vjp_f64(int64_t n,
                               const double *restrict x,
@@ -476,10 +476,10 @@ void blend__value_and_vjp_f64(int64_t n,
         const double t2 = t0*t1;
         const double t3 = exp(-t0);
         const double t4 = t3*sin(x[i]);
-        out[i] = t4 + log1p(t2);  /* out = log1p(x**2*y**2) + exp(-y**2)*sin(x) */
-        const double t5 = 1.0/(t2 + 1.0);
-        grad_x[i] = grad[i]*(2.0*t0*t5*x[i] + t3*sg_cos_f64(x[i]));  /* grad_x = d(out)/dx . grad */
-        grad_y[i] = 2.0*grad[i]*y[i]*(t1*t5 - t4);  /* grad_y = d(out)/dy . grad */
+        out[i] = t4 + log1p(t2);  /* out = exp(-y**2)*sin(x) + log1p(x**2*y**2) */
+        const double t5 = 1.0/(1.0 + t2);
+        grad_x[i] = grad[i]*(t3*sg_cos_f64(x[i]) + 2.0*t0*t5*x[i]);  /* grad_x = d(out)/dx . grad */
+        grad_y[i] = 2.0*grad[i]*y[i]*(-t4 + t1*t5);  /* grad_y = d(out)/dy . grad */
     }
 }
 
@@ -489,7 +489,7 @@ void blend__forward_f64(int64_t n, const double *restrict x, const double *restr
     SG_LOOP(200000)
     for (int64_t i = 0; i < n; ++i) {
         const double t0 = y[i]*y[i];
-        out[i] = log1p(t0*x[i]*x[i]) + exp(-t0)*sin(x[i]);  /* out = log1p(x**2*y**2) + exp(-y**2)*sin(x) */
+        out[i] = exp(-t0)*sin(x[i]) + log1p(t0*x[i]*x[i]);  /* out = exp(-y**2)*sin(x) + log1p(x**2*y**2) */
     }
 }
 
@@ -506,8 +506,8 @@ void blend__vjp_f64(int64_t n,
         const double t0 = y[i]*y[i];
         const double t1 = x[i]*x[i];
         const double t3 = exp(-t0);
-        const double t5 = 1.0/(t0*t1 + 1.0);
-        grad_x[i] = grad[i]*(2.0*t0*t5*x[i] + t3*sg_cos_f64(x[i]));  /* grad_x = d(out)/dx . grad */
+        const double t5 = 1.0/(1.0 + t0*t1);
+        grad_x[i] = grad[i]*(t3*sg_cos_f64(x[i]) + 2.0*t0*t5*x[i]);  /* grad_x = d(out)/dx . grad */
         grad_y[i] = 2.0*grad[i]*y[i]*(t1*t5 - t3*sin(x[i]));  /* grad_y = d(out)/dy . grad */
     }
 }
@@ -528,9 +528,9 @@ void blend__jvp_f64(int64_t n,
         const double t2 = t0*t1;
         const double t3 = exp(-t0);
         const double t4 = t3*sin(x[i]);
-        out[i] = t4 + log1p(t2);  /* out = log1p(x**2*y**2) + exp(-y**2)*sin(x) */
-        const double t5 = 1.0/(t2 + 1.0);
-        jvp_out[i] = tangent_x[i]*(2.0*t0*t5*x[i] + t3*sg_cos_f64(x[i])) + 2.0*tangent_y[i]*y[i]*(t1*t5 - t4);
+        out[i] = t4 + log1p(t2);  /* out = exp(-y**2)*sin(x) + log1p(x**2*y**2) */
+        const double t5 = 1.0/(1.0 + t2);
+        jvp_out[i] = tangent_x[i]*(t3*sg_cos_f64(x[i]) + 2.0*t0*t5*x[i]) + 2.0*tangent_y[i]*y[i]*(-t4 + t1*t5);
     }
 }
 
@@ -548,10 +548,10 @@ void blend__value_and_jacobian_f64(int64_t n,
         const double t2 = t0*t1;
         const double t3 = exp(-t0);
         const double t4 = t3*sin(x[i]);
-        out[i] = t4 + log1p(t2);  /* out = log1p(x**2*y**2) + exp(-y**2)*sin(x) */
-        const double t5 = 1.0/(t2 + 1.0);
-        jacobian[i*2 + 0] = 2.0*t0*t5*x[i] + t3*sg_cos_f64(x[i]);
-        jacobian[i*2 + 1] = 2.0*y[i]*(t1*t5 - t4);
+        out[i] = t4 + log1p(t2);  /* out = exp(-y**2)*sin(x) + log1p(x**2*y**2) */
+        const double t5 = 1.0/(1.0 + t2);
+        jacobian[i*2 + 0] = t3*sg_cos_f64(x[i]) + 2.0*t0*t5*x[i];
+        jacobian[i*2 + 1] = 2.0*y[i]*(-t4 + t1*t5);
     }
 }
 
@@ -571,10 +571,10 @@ void blend__value_and_vjp_f32(int64_t n,
         const float t2 = t0*t1;
         const float t3 = expf(-t0);
         const float t4 = t3*sinf(x[i]);
-        out[i] = t4 + log1pf(t2);  /* out = log1p(x**2*y**2) + exp(-y**2)*sin(x) */
-        const float t5 = 1.0F/(t2 + 1.0F);
-        grad_x[i] = grad[i]*(2.0F*t0*t5*x[i] + t3*sg_cos_f32(x[i]));  /* grad_x = d(out)/dx . grad */
-        grad_y[i] = 2.0F*grad[i]*y[i]*(t1*t5 - t4);  /* grad_y = d(out)/dy . grad */
+        out[i] = t4 + log1pf(t2);  /* out = exp(-y**2)*sin(x) + log1p(x**2*y**2) */
+        const float t5 = 1.0F/(1.0F + t2);
+        grad_x[i] = grad[i]*(t3*sg_cos_f32(x[i]) + 2.0F*t0*t5*x[i]);  /* grad_x = d(out)/dx . grad */
+        grad_y[i] = 2.0F*grad[i]*y[i]*(-t4 + t1*t5);  /* grad_y = d(out)/dy . grad */
     }
 }
 
@@ -584,7 +584,7 @@ void blend__forward_f32(int64_t n, const float *restrict x, const float *restric
     SG_LOOP(200000)
     for (int64_t i = 0; i < n; ++i) {
         const float t0 = y[i]*y[i];
-        out[i] = log1pf(t0*x[i]*x[i]) + expf(-t0)*sinf(x[i]);  /* out = log1p(x**2*y**2) + exp(-y**2)*sin(x) */
+        out[i] = expf(-t0)*sinf(x[i]) + log1pf(t0*x[i]*x[i]);  /* out = exp(-y**2)*sin(x) + log1p(x**2*y**2) */
     }
 }
 
@@ -601,8 +601,8 @@ void blend__vjp_f32(int64_t n,
         const float t0 = y[i]*y[i];
         const float t1 = x[i]*x[i];
         const float t3 = expf(-t0);
-        const float t5 = 1.0F/(t0*t1 + 1.0F);
-        grad_x[i] = grad[i]*(2.0F*t0*t5*x[i] + t3*sg_cos_f32(x[i]));  /* grad_x = d(out)/dx . grad */
+        const float t5 = 1.0F/(1.0F + t0*t1);
+        grad_x[i] = grad[i]*(t3*sg_cos_f32(x[i]) + 2.0F*t0*t5*x[i]);  /* grad_x = d(out)/dx . grad */
         grad_y[i] = 2.0F*grad[i]*y[i]*(t1*t5 - t3*sinf(x[i]));  /* grad_y = d(out)/dy . grad */
     }
 }
@@ -623,9 +623,9 @@ void blend__jvp_f32(int64_t n,
         const float t2 = t0*t1;
         const float t3 = expf(-t0);
         const float t4 = t3*sinf(x[i]);
-        out[i] = t4 + log1pf(t2);  /* out = log1p(x**2*y**2) + exp(-y**2)*sin(x) */
-        const float t5 = 1.0F/(t2 + 1.0F);
-        jvp_out[i] = tangent_x[i]*(2.0F*t0*t5*x[i] + t3*sg_cos_f32(x[i])) + 2.0F*tangent_y[i]*y[i]*(t1*t5 - t4);
+        out[i] = t4 + log1pf(t2);  /* out = exp(-y**2)*sin(x) + log1p(x**2*y**2) */
+        const float t5 = 1.0F/(1.0F + t2);
+        jvp_out[i] = tangent_x[i]*(t3*sg_cos_f32(x[i]) + 2.0F*t0*t5*x[i]) + 2.0F*tangent_y[i]*y[i]*(-t4 + t1*t5);
     }
 }
 
@@ -643,16 +643,16 @@ void blend__value_and_jacobian_f32(int64_t n,
         const float t2 = t0*t1;
         const float t3 = expf(-t0);
         const float t4 = t3*sinf(x[i]);
-        out[i] = t4 + log1pf(t2);  /* out = log1p(x**2*y**2) + exp(-y**2)*sin(x) */
-        const float t5 = 1.0F/(t2 + 1.0F);
-        jacobian[i*2 + 0] = 2.0F*t0*t5*x[i] + t3*sg_cos_f32(x[i]);
-        jacobian[i*2 + 1] = 2.0F*y[i]*(t1*t5 - t4);
+        out[i] = t4 + log1pf(t2);  /* out = exp(-y**2)*sin(x) + log1p(x**2*y**2) */
+        const float t5 = 1.0F/(1.0F + t2);
+        jacobian[i*2 + 0] = t3*sg_cos_f32(x[i]) + 2.0F*t0*t5*x[i];
+        jacobian[i*2 + 1] = 2.0F*y[i]*(-t4 + t1*t5);
     }
 }
 
 /* ---- gelu_tanh [model.py:32] ----
-   out = 0.5*x*(tanh(sqrt(2)*(0.044715*x**3 + x)/sqrt(pi)) + 1)
-   vjp x: grad*(0.5 + 0.5*tanh(sqrt(2)*(0.044715*x**3 + x)/sqrt(pi)) + 0.5*sqrt(2)*x*(1 - tanh(sqrt(2)*(0.044715*x**3 + x)/sqrt(pi))**2)*(0.134145*x**2 + 1)/sqrt(pi)) */
+   out = 0.5*x*(1 + tanh(sqrt(2)*(x + 0.044715*x**3)/sqrt(pi)))
+   vjp x: grad*(0.5 + 0.5*tanh(sqrt(2)*(x + 0.044715*x**3)/sqrt(pi)) + 0.5*sqrt(2)*x*(1 - tanh(sqrt(2)*(x + 0.044715*x**3)/sqrt(pi))**2)*(1 + 0.134145*x**2)/sqrt(pi)) */
 /* value_and_vjp of gelu_tanh [model.py:32], double */
 void gelu_tanh__value_and_vjp_f64(int64_t n,
                                   const double *restrict x,
@@ -664,9 +664,9 @@ void gelu_tanh__value_and_vjp_f64(int64_t n,
     for (int64_t i = 0; i < n; ++i) {
         const double t0 = 0.5*x[i];
         const double t1 = sqrt(2.0)/sqrt(3.141592653589793);
-        const double t2 = tanh(t1*(0.044715*x[i]*x[i]*x[i] + x[i]));
-        out[i] = t0*(t2 + 1.0);  /* out = 0.5*x*(tanh(sqrt(2)*(0.044715*x**3 + x)/sqrt(pi)) + 1) */
-        grad_x[i] = grad[i]*(t0*t1*(1.0 - (t2*t2))*(0.134145*x[i]*x[i] + 1.0) + 0.5*t2 + 0.5);  /* grad_x = d(out)/dx . grad */
+        const double t2 = tanh(t1*(x[i] + 0.044715*x[i]*x[i]*x[i]));
+        out[i] = t0*(1.0 + t2);  /* out = 0.5*x*(1 + tanh(sqrt(2)*(x + 0.044715*x**3)/sqrt(pi))) */
+        grad_x[i] = grad[i]*(0.5 + 0.5*t2 + t0*t1*(1.0 - (t2*t2))*(1.0 + 0.134145*x[i]*x[i]));  /* grad_x = d(out)/dx . grad */
     }
 }
 
@@ -675,7 +675,7 @@ void gelu_tanh__forward_f64(int64_t n, const double *restrict x, double *restric
 {
     SG_LOOP(153846)
     for (int64_t i = 0; i < n; ++i) {
-        out[i] = 0.5*x[i]*(tanh(sqrt(2.0)*(0.044715*x[i]*x[i]*x[i] + x[i])/sqrt(3.141592653589793)) + 1.0);  /* out = 0.5*x*(tanh(sqrt(2)*(0.044715*x**3 + x)/sqrt(pi)) + 1) */
+        out[i] = 0.5*x[i]*(1.0 + tanh(sqrt(2.0)*(x[i] + 0.044715*x[i]*x[i]*x[i])/sqrt(3.141592653589793)));  /* out = 0.5*x*(1 + tanh(sqrt(2)*(x + 0.044715*x**3)/sqrt(pi))) */
     }
 }
 
@@ -688,8 +688,8 @@ void gelu_tanh__vjp_f64(int64_t n,
     SG_LOOP(86956)
     for (int64_t i = 0; i < n; ++i) {
         const double t1 = sqrt(2.0)/sqrt(3.141592653589793);
-        const double t2 = tanh(t1*(0.044715*x[i]*x[i]*x[i] + x[i]));
-        grad_x[i] = grad[i]*(0.5*t1*x[i]*(1.0 - (t2*t2))*(0.134145*x[i]*x[i] + 1.0) + 0.5*t2 + 0.5);  /* grad_x = d(out)/dx . grad */
+        const double t2 = tanh(t1*(x[i] + 0.044715*x[i]*x[i]*x[i]));
+        grad_x[i] = grad[i]*(0.5 + 0.5*t2 + 0.5*t1*x[i]*(1.0 - (t2*t2))*(1.0 + 0.134145*x[i]*x[i]));  /* grad_x = d(out)/dx . grad */
     }
 }
 
@@ -704,9 +704,9 @@ void gelu_tanh__jvp_f64(int64_t n,
     for (int64_t i = 0; i < n; ++i) {
         const double t0 = 0.5*x[i];
         const double t1 = sqrt(2.0)/sqrt(3.141592653589793);
-        const double t2 = tanh(t1*(0.044715*x[i]*x[i]*x[i] + x[i]));
-        out[i] = t0*(t2 + 1.0);  /* out = 0.5*x*(tanh(sqrt(2)*(0.044715*x**3 + x)/sqrt(pi)) + 1) */
-        jvp_out[i] = tangent_x[i]*(t0*t1*(1.0 - (t2*t2))*(0.134145*x[i]*x[i] + 1.0) + 0.5*t2 + 0.5);
+        const double t2 = tanh(t1*(x[i] + 0.044715*x[i]*x[i]*x[i]));
+        out[i] = t0*(1.0 + t2);  /* out = 0.5*x*(1 + tanh(sqrt(2)*(x + 0.044715*x**3)/sqrt(pi))) */
+        jvp_out[i] = tangent_x[i]*(0.5 + 0.5*t2 + t0*t1*(1.0 - (t2*t2))*(1.0 + 0.134145*x[i]*x[i]));
     }
 }
 
@@ -720,9 +720,9 @@ void gelu_tanh__value_and_jacobian_f64(int64_t n,
     for (int64_t i = 0; i < n; ++i) {
         const double t0 = 0.5*x[i];
         const double t1 = sqrt(2.0)/sqrt(3.141592653589793);
-        const double t2 = tanh(t1*(0.044715*x[i]*x[i]*x[i] + x[i]));
-        out[i] = t0*(t2 + 1.0);  /* out = 0.5*x*(tanh(sqrt(2)*(0.044715*x**3 + x)/sqrt(pi)) + 1) */
-        jacobian[i] = t0*t1*(1.0 - (t2*t2))*(0.134145*x[i]*x[i] + 1.0) + 0.5*t2 + 0.5;
+        const double t2 = tanh(t1*(x[i] + 0.044715*x[i]*x[i]*x[i]));
+        out[i] = t0*(1.0 + t2);  /* out = 0.5*x*(1 + tanh(sqrt(2)*(x + 0.044715*x**3)/sqrt(pi))) */
+        jacobian[i] = 0.5 + 0.5*t2 + t0*t1*(1.0 - (t2*t2))*(1.0 + 0.134145*x[i]*x[i]);
     }
 }
 
@@ -737,9 +737,9 @@ void gelu_tanh__value_and_vjp_f32(int64_t n,
     for (int64_t i = 0; i < n; ++i) {
         const float t0 = 0.5F*x[i];
         const float t1 = sqrtf(2.0F)/sqrtf(3.1415927F);
-        const float t2 = tanhf(t1*(0.044715F*x[i]*x[i]*x[i] + x[i]));
-        out[i] = t0*(t2 + 1.0F);  /* out = 0.5*x*(tanh(sqrt(2)*(0.044715*x**3 + x)/sqrt(pi)) + 1) */
-        grad_x[i] = grad[i]*(t0*t1*(1.0F - (t2*t2))*(0.134145F*x[i]*x[i] + 1.0F) + 0.5F*t2 + 0.5F);  /* grad_x = d(out)/dx . grad */
+        const float t2 = tanhf(t1*(x[i] + 0.044715F*x[i]*x[i]*x[i]));
+        out[i] = t0*(1.0F + t2);  /* out = 0.5*x*(1 + tanh(sqrt(2)*(x + 0.044715*x**3)/sqrt(pi))) */
+        grad_x[i] = grad[i]*(0.5F + 0.5F*t2 + t0*t1*(1.0F - (t2*t2))*(1.0F + 0.134145F*x[i]*x[i]));  /* grad_x = d(out)/dx . grad */
     }
 }
 
@@ -748,7 +748,7 @@ void gelu_tanh__forward_f32(int64_t n, const float *restrict x, float *restrict 
 {
     SG_LOOP(153846)
     for (int64_t i = 0; i < n; ++i) {
-        out[i] = 0.5F*x[i]*(tanhf(sqrtf(2.0F)*(0.044715F*x[i]*x[i]*x[i] + x[i])/sqrtf(3.1415927F)) + 1.0F);  /* out = 0.5*x*(tanh(sqrt(2)*(0.044715*x**3 + x)/sqrt(pi)) + 1) */
+        out[i] = 0.5F*x[i]*(1.0F + tanhf(sqrtf(2.0F)*(x[i] + 0.044715F*x[i]*x[i]*x[i])/sqrtf(3.1415927F)));  /* out = 0.5*x*(1 + tanh(sqrt(2)*(x + 0.044715*x**3)/sqrt(pi))) */
     }
 }
 
@@ -761,8 +761,8 @@ void gelu_tanh__vjp_f32(int64_t n,
     SG_LOOP(86956)
     for (int64_t i = 0; i < n; ++i) {
         const float t1 = sqrtf(2.0F)/sqrtf(3.1415927F);
-        const float t2 = tanhf(t1*(0.044715F*x[i]*x[i]*x[i] + x[i]));
-        grad_x[i] = grad[i]*(0.5F*t1*x[i]*(1.0F - (t2*t2))*(0.134145F*x[i]*x[i] + 1.0F) + 0.5F*t2 + 0.5F);  /* grad_x = d(out)/dx . grad */
+        const float t2 = tanhf(t1*(x[i] + 0.044715F*x[i]*x[i]*x[i]));
+        grad_x[i] = grad[i]*(0.5F + 0.5F*t2 + 0.5F*t1*x[i]*(1.0F - (t2*t2))*(1.0F + 0.134145F*x[i]*x[i]));  /* grad_x = d(out)/dx . grad */
     }
 }
 
@@ -777,9 +777,9 @@ void gelu_tanh__jvp_f32(int64_t n,
     for (int64_t i = 0; i < n; ++i) {
         const float t0 = 0.5F*x[i];
         const float t1 = sqrtf(2.0F)/sqrtf(3.1415927F);
-        const float t2 = tanhf(t1*(0.044715F*x[i]*x[i]*x[i] + x[i]));
-        out[i] = t0*(t2 + 1.0F);  /* out = 0.5*x*(tanh(sqrt(2)*(0.044715*x**3 + x)/sqrt(pi)) + 1) */
-        jvp_out[i] = tangent_x[i]*(t0*t1*(1.0F - (t2*t2))*(0.134145F*x[i]*x[i] + 1.0F) + 0.5F*t2 + 0.5F);
+        const float t2 = tanhf(t1*(x[i] + 0.044715F*x[i]*x[i]*x[i]));
+        out[i] = t0*(1.0F + t2);  /* out = 0.5*x*(1 + tanh(sqrt(2)*(x + 0.044715*x**3)/sqrt(pi))) */
+        jvp_out[i] = tangent_x[i]*(0.5F + 0.5F*t2 + t0*t1*(1.0F - (t2*t2))*(1.0F + 0.134145F*x[i]*x[i]));
     }
 }
 
@@ -793,9 +793,9 @@ void gelu_tanh__value_and_jacobian_f32(int64_t n,
     for (int64_t i = 0; i < n; ++i) {
         const float t0 = 0.5F*x[i];
         const float t1 = sqrtf(2.0F)/sqrtf(3.1415927F);
-        const float t2 = tanhf(t1*(0.044715F*x[i]*x[i]*x[i] + x[i]));
-        out[i] = t0*(t2 + 1.0F);  /* out = 0.5*x*(tanh(sqrt(2)*(0.044715*x**3 + x)/sqrt(pi)) + 1) */
-        jacobian[i] = t0*t1*(1.0F - (t2*t2))*(0.134145F*x[i]*x[i] + 1.0F) + 0.5F*t2 + 0.5F;
+        const float t2 = tanhf(t1*(x[i] + 0.044715F*x[i]*x[i]*x[i]));
+        out[i] = t0*(1.0F + t2);  /* out = 0.5*x*(1 + tanh(sqrt(2)*(x + 0.044715*x**3)/sqrt(pi))) */
+        jacobian[i] = 0.5F + 0.5F*t2 + t0*t1*(1.0F - (t2*t2))*(1.0F + 0.134145F*x[i]*x[i]);
     }
 }
 
@@ -803,7 +803,7 @@ void gelu_tanh__value_and_jacobian_f32(int64_t n,
    out0 = r*cos(theta)
    out1 = r*sin(theta)
    vjp r: grad_out0*cos(theta) + grad_out1*sin(theta)
-   vjp theta: -grad_out0*r*sin(theta) + grad_out1*r*cos(theta) */
+   vjp theta: grad_out1*r*cos(theta) - grad_out0*r*sin(theta) */
 /* value_and_vjp of polar [model.py:38], double */
 void polar__value_and_vjp_f64(int64_t n,
                               const double *restrict r,
@@ -855,7 +855,7 @@ void polar__vjp_f64(int64_t n,
         const double t0 = sg_cos_f64(theta[i]);
         const double t1 = sin(theta[i]);
         grad_r[i] = grad_out0[i]*t0 + grad_out1[i]*t1;  /* grad_r = d(out0, out1)/dr . grad */
-        grad_theta[i] = -grad_out0[i]*r[i]*t1 + grad_out1[i]*r[i]*t0;  /* grad_theta = d(out0, out1)/dtheta . grad */
+        grad_theta[i] = grad_out1[i]*r[i]*t0 - grad_out0[i]*r[i]*t1;  /* grad_theta = d(out0, out1)/dtheta . grad */
     }
 }
 
@@ -957,7 +957,7 @@ void polar__vjp_f32(int64_t n,
         const float t0 = sg_cos_f32(theta[i]);
         const float t1 = sinf(theta[i]);
         grad_r[i] = grad_out0[i]*t0 + grad_out1[i]*t1;  /* grad_r = d(out0, out1)/dr . grad */
-        grad_theta[i] = -grad_out0[i]*r[i]*t1 + grad_out1[i]*r[i]*t0;  /* grad_theta = d(out0, out1)/dtheta . grad */
+        grad_theta[i] = grad_out1[i]*r[i]*t0 - grad_out0[i]*r[i]*t1;  /* grad_theta = d(out0, out1)/dtheta . grad */
     }
 }
 

@@ -127,10 +127,10 @@ def blend__value_and_vjp(x, y, grad):
         t2 = t0*t1
         t3 = numpy.exp(-t0)
         t4 = t3*numpy.sin(x)
-        out = t4 + numpy.log1p(t2)  # out = log1p(x**2*y**2) + exp(-y**2)*sin(x)
-        t5 = 1/(t2 + 1)
-        grad_x = grad*(2*t0*t5*x + t3*numpy.cos(x))  # grad_x = d(out)/dx . grad
-        grad_y = 2*grad*y*(t1*t5 - t4)  # grad_y = d(out)/dy . grad
+        out = t4 + numpy.log1p(t2)  # out = exp(-y**2)*sin(x) + log1p(x**2*y**2)
+        t5 = 1/(1 + t2)
+        grad_x = grad*(t3*numpy.cos(x) + 2*t0*t5*x)  # grad_x = d(out)/dx . grad
+        grad_y = 2*grad*y*(-t4 + t1*t5)  # grad_y = d(out)/dy . grad
     return (out, grad_x, grad_y,)
 
 
@@ -138,7 +138,7 @@ def blend__forward(x, y):
     """forward of blend [model.py:27]."""
     with numpy.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
         t0 = (y*y)
-        out = numpy.log1p(t0*(x*x)) + numpy.exp(-t0)*numpy.sin(x)  # out = log1p(x**2*y**2) + exp(-y**2)*sin(x)
+        out = numpy.exp(-t0)*numpy.sin(x) + numpy.log1p(t0*(x*x))  # out = exp(-y**2)*sin(x) + log1p(x**2*y**2)
     return (out,)
 
 
@@ -148,8 +148,8 @@ def blend__vjp(x, y, grad):
         t0 = (y*y)
         t1 = (x*x)
         t3 = numpy.exp(-t0)
-        t5 = 1/(t0*t1 + 1)
-        grad_x = grad*(2*t0*t5*x + t3*numpy.cos(x))  # grad_x = d(out)/dx . grad
+        t5 = 1/(1 + t0*t1)
+        grad_x = grad*(t3*numpy.cos(x) + 2*t0*t5*x)  # grad_x = d(out)/dx . grad
         grad_y = 2*grad*y*(t1*t5 - t3*numpy.sin(x))  # grad_y = d(out)/dy . grad
     return (grad_x, grad_y,)
 
@@ -162,9 +162,9 @@ def blend__jvp(x, y, tangent_x, tangent_y):
         t2 = t0*t1
         t3 = numpy.exp(-t0)
         t4 = t3*numpy.sin(x)
-        out = t4 + numpy.log1p(t2)  # out = log1p(x**2*y**2) + exp(-y**2)*sin(x)
-        t5 = 1/(t2 + 1)
-        jvp_out = tangent_x*(2*t0*t5*x + t3*numpy.cos(x)) + 2*tangent_y*y*(t1*t5 - t4)
+        out = t4 + numpy.log1p(t2)  # out = exp(-y**2)*sin(x) + log1p(x**2*y**2)
+        t5 = 1/(1 + t2)
+        jvp_out = tangent_x*(t3*numpy.cos(x) + 2*t0*t5*x) + 2*tangent_y*y*(-t4 + t1*t5)
     return (out, jvp_out,)
 
 
@@ -176,10 +176,10 @@ def blend__value_and_jacobian(x, y):
         t2 = t0*t1
         t3 = numpy.exp(-t0)
         t4 = t3*numpy.sin(x)
-        out = t4 + numpy.log1p(t2)  # out = log1p(x**2*y**2) + exp(-y**2)*sin(x)
-        t5 = 1/(t2 + 1)
-        jacobian_0_0 = 2*t0*t5*x + t3*numpy.cos(x)
-        jacobian_0_1 = 2*y*(t1*t5 - t4)
+        out = t4 + numpy.log1p(t2)  # out = exp(-y**2)*sin(x) + log1p(x**2*y**2)
+        t5 = 1/(1 + t2)
+        jacobian_0_0 = t3*numpy.cos(x) + 2*t0*t5*x
+        jacobian_0_1 = 2*y*(-t4 + t1*t5)
     return (out, _sg.pack((jacobian_0_0, jacobian_0_1,), (1, 2)),)
 
 
@@ -188,16 +188,16 @@ def gelu_tanh__value_and_vjp(x, grad):
     with numpy.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
         t0 = 0.5*x
         t1 = numpy.sqrt(2)/numpy.sqrt(numpy.pi)
-        t2 = numpy.tanh(t1*(0.044715*(x*x*x) + x))
-        out = t0*(t2 + 1)  # out = 0.5*x*(tanh(sqrt(2)*(0.044715*x**3 + x)/sqrt(pi)) + 1)
-        grad_x = grad*(t0*t1*(1 - (t2*t2))*(0.134145*(x*x) + 1) + 0.5*t2 + 0.5)  # grad_x = d(out)/dx . grad
+        t2 = numpy.tanh(t1*(x + 0.044715*(x*x*x)))
+        out = t0*(1 + t2)  # out = 0.5*x*(1 + tanh(sqrt(2)*(x + 0.044715*x**3)/sqrt(pi)))
+        grad_x = grad*(0.5 + 0.5*t2 + t0*t1*(1 - (t2*t2))*(1 + 0.134145*(x*x)))  # grad_x = d(out)/dx . grad
     return (out, grad_x,)
 
 
 def gelu_tanh__forward(x):
     """forward of gelu_tanh [model.py:32]."""
     with numpy.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
-        out = 0.5*x*(numpy.tanh(numpy.sqrt(2)*(0.044715*(x*x*x) + x)/numpy.sqrt(numpy.pi)) + 1)  # out = 0.5*x*(tanh(sqrt(2)*(0.044715*x**3 + x)/sqrt(pi)) + 1)
+        out = 0.5*x*(1 + numpy.tanh(numpy.sqrt(2)*(x + 0.044715*(x*x*x))/numpy.sqrt(numpy.pi)))  # out = 0.5*x*(1 + tanh(sqrt(2)*(x + 0.044715*x**3)/sqrt(pi)))
     return (out,)
 
 
@@ -205,8 +205,8 @@ def gelu_tanh__vjp(x, grad):
     """vjp of gelu_tanh [model.py:32]."""
     with numpy.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
         t1 = numpy.sqrt(2)/numpy.sqrt(numpy.pi)
-        t2 = numpy.tanh(t1*(0.044715*(x*x*x) + x))
-        grad_x = grad*(0.5*t1*x*(1 - (t2*t2))*(0.134145*(x*x) + 1) + 0.5*t2 + 0.5)  # grad_x = d(out)/dx . grad
+        t2 = numpy.tanh(t1*(x + 0.044715*(x*x*x)))
+        grad_x = grad*(0.5 + 0.5*t2 + 0.5*t1*x*(1 - (t2*t2))*(1 + 0.134145*(x*x)))  # grad_x = d(out)/dx . grad
     return (grad_x,)
 
 
@@ -215,9 +215,9 @@ def gelu_tanh__jvp(x, tangent_x):
     with numpy.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
         t0 = 0.5*x
         t1 = numpy.sqrt(2)/numpy.sqrt(numpy.pi)
-        t2 = numpy.tanh(t1*(0.044715*(x*x*x) + x))
-        out = t0*(t2 + 1)  # out = 0.5*x*(tanh(sqrt(2)*(0.044715*x**3 + x)/sqrt(pi)) + 1)
-        jvp_out = tangent_x*(t0*t1*(1 - (t2*t2))*(0.134145*(x*x) + 1) + 0.5*t2 + 0.5)
+        t2 = numpy.tanh(t1*(x + 0.044715*(x*x*x)))
+        out = t0*(1 + t2)  # out = 0.5*x*(1 + tanh(sqrt(2)*(x + 0.044715*x**3)/sqrt(pi)))
+        jvp_out = tangent_x*(0.5 + 0.5*t2 + t0*t1*(1 - (t2*t2))*(1 + 0.134145*(x*x)))
     return (out, jvp_out,)
 
 
@@ -226,9 +226,9 @@ def gelu_tanh__value_and_jacobian(x):
     with numpy.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
         t0 = 0.5*x
         t1 = numpy.sqrt(2)/numpy.sqrt(numpy.pi)
-        t2 = numpy.tanh(t1*(0.044715*(x*x*x) + x))
-        out = t0*(t2 + 1)  # out = 0.5*x*(tanh(sqrt(2)*(0.044715*x**3 + x)/sqrt(pi)) + 1)
-        jacobian_0_0 = t0*t1*(1 - (t2*t2))*(0.134145*(x*x) + 1) + 0.5*t2 + 0.5
+        t2 = numpy.tanh(t1*(x + 0.044715*(x*x*x)))
+        out = t0*(1 + t2)  # out = 0.5*x*(1 + tanh(sqrt(2)*(x + 0.044715*x**3)/sqrt(pi)))
+        jacobian_0_0 = 0.5 + 0.5*t2 + t0*t1*(1 - (t2*t2))*(1 + 0.134145*(x*x))
     return (out, _sg.pack((jacobian_0_0,), (1, 1)),)
 
 
@@ -259,7 +259,7 @@ def polar__vjp(r, theta, grad_out0, grad_out1):
         t0 = numpy.cos(theta)
         t1 = numpy.sin(theta)
         grad_r = grad_out0*t0 + grad_out1*t1  # grad_r = d(out0, out1)/dr . grad
-        grad_theta = -grad_out0*r*t1 + grad_out1*r*t0  # grad_theta = d(out0, out1)/dtheta . grad
+        grad_theta = grad_out1*r*t0 - grad_out0*r*t1  # grad_theta = d(out0, out1)/dtheta . grad
     return (grad_r, grad_theta,)
 
 
