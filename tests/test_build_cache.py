@@ -54,6 +54,15 @@ def env_for(cache: Path | str, **extra) -> dict:
     return env
 
 
+def _model_and_cache(tmp_path: Path) -> tuple[Path, Path]:
+    """MODEL written to tmp_path/model.py, and a fresh cache directory that already has the toolchain probe."""
+    model = tmp_path / "model.py"
+    model.write_text(MODEL)
+    cache = tmp_path / "cache"
+    _seed_toolchain(cache)
+    return model, cache
+
+
 def _seed_toolchain(cache: Path) -> None:
     """Copy this machine's toolchain probe into a fresh cache (probing costs a second per process)."""
     from symgrad import build_c
@@ -81,10 +90,7 @@ def _compile_and_run(model: str, cache: str, start: str, backend: str) -> dict:
 
 @pytest.mark.parametrize("backend", ["c", "numpy"])
 def test_processes_compiling_the_same_model_at_once_all_succeed(tmp_path, backend):
-    model = tmp_path / "model.py"
-    model.write_text(MODEL)
-    cache = tmp_path / "cache"
-    _seed_toolchain(cache)
+    model, cache = _model_and_cache(tmp_path)
     start = tmp_path / "go"
     ctx = multiprocessing.get_context("spawn")
     with ctx.Pool(N_PROCESSES) as pool:
@@ -162,10 +168,7 @@ def run_child(model: Path, cache: Path, backend: str, **env) -> dict:
 @pytest.fixture
 def built(tmp_path):
     """A model compiled once into a private cache on both backends: (model, cache, package dir)."""
-    model = tmp_path / "model.py"
-    model.write_text(MODEL)
-    cache = tmp_path / "cache"
-    _seed_toolchain(cache)
+    model, cache = _model_and_cache(tmp_path)
     run_child(model, cache, "c")
     run_child(model, cache, "numpy")
     (package,) = [p for p in (cache / "models").iterdir() if not p.name.startswith(".")]
@@ -306,10 +309,7 @@ print(json.dumps({{"softplus": m.softplus(x).tolist(), "blend": m.blend(x, x).to
 
 @pytest.mark.parametrize("backend", ["c", "numpy"])
 def test_full_cache_directory_falls_back_with_one_warning_and_no_debris(tmp_path, backend):
-    model = tmp_path / "model.py"
-    model.write_text(MODEL)
-    cache = tmp_path / "cache"
-    _seed_toolchain(cache)
+    model, cache = _model_and_cache(tmp_path)
     r = subprocess.run([sys.executable, "-c", FULL_DISK_CHILD, str(model), backend], capture_output=True,
                        text=True, env=env_for(cache, PYTHONWARNINGS="always"), timeout=600)
     assert r.returncode == 0, r.stderr
