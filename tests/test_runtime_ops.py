@@ -72,6 +72,20 @@ def test_operators_with_python_numbers(f):
     check_grad(f, positive(2, 3))
 
 
+def test_repeated_python_numbers_keep_their_values(backend):
+    """The C backend fills a repeated number out to the batch once and reuses it: 0.0 and -0.0, 1 and 1.0,
+    NaN and the dtype must still each give their own result, and the shared fill must stay unchanged."""
+    x = sg.tensor(np.array([1.0, -2.0, 3.0]))
+    for _ in range(2):
+        np.testing.assert_array_equal((1.0 / (x * 0.0)).numpy(), [np.inf, -np.inf, np.inf])
+        np.testing.assert_array_equal((1.0 / (x * -0.0)).numpy(), [-np.inf, np.inf, -np.inf])
+        np.testing.assert_array_equal((x + 1).numpy(), (x + 1.0).numpy())
+        assert np.isnan((x * float("nan")).numpy()).all()
+        x32 = sg.tensor(x.numpy().astype(np.float32))
+        np.testing.assert_array_equal((x32 * 0.1).numpy(), x32.numpy() * np.float32(0.1))
+        np.testing.assert_array_equal((x * 0.1).numpy(), x.numpy() * 0.1)
+
+
 UNARY_DOMAIN = {
     "exp": normal, "log": positive, "log1p": positive, "expm1": normal, "sqrt": positive, "sin": normal,
     "cos": normal, "tan": lambda *s: RNG.uniform(-1, 1, s), "tanh": normal, "sigmoid": normal, "relu": normal,

@@ -14,7 +14,7 @@ the NumPy code that runs between kernel calls.
 from __future__ import annotations
 
 import os
-from math import prod
+from math import copysign, prod
 
 import numpy as np
 
@@ -126,9 +126,26 @@ def _usable(flags) -> bool:
     return flags.c_contiguous and flags.aligned
 
 
+#: Python numbers filled out to small batches, by (number, sign, shape, dtype): the runtime's ``x * 1.1`` and
+#: ``y + 1`` repeat their constants on every call. Read-only (kernels only read inputs); cleared when full.
+_FILLED: dict[tuple, np.ndarray] = {}
+_FILLED_MAX_ENTRIES, _FILLED_MAX_SIZE = 256, 4096
+
+
 def _materialize(a, full: tuple, dtype: np.dtype) -> np.ndarray:
     """``a`` broadcast to ``full`` as a C-contiguous, aligned array of ``dtype`` (the documented copy)."""
-    if type(a) is float or type(a) is int or (type(a) is np.ndarray and a.ndim == 0):
+    if type(a) is float or type(a) is int:
+        key = (a, copysign(1.0, a), full, dtype)        # the sign keeps -0.0 apart from 0.0
+        filled = _FILLED.get(key)
+        if filled is None:
+            filled = np.full(full, a, dtype)
+            if filled.size <= _FILLED_MAX_SIZE:
+                if len(_FILLED) >= _FILLED_MAX_ENTRIES:
+                    _FILLED.clear()
+                filled.flags.writeable = False
+                _FILLED[key] = filled
+        return filled
+    if type(a) is np.ndarray and a.ndim == 0:
         return np.full(full, a, dtype)      # a scalar: much cheaper than broadcast_to + copy
     a = np.ascontiguousarray(np.broadcast_to(a, full), dtype=dtype)
     return a if a.flags.aligned else a.copy()
