@@ -125,10 +125,11 @@ def ba_jacobian(cams, X, w, feats, obs, structure=None) -> tuple[np.ndarray, np.
 
     The sparsity depends only on (n, m, obs): an iterative solver may pass ``structure=(J.indptr,
     J.indices)`` from an earlier call to skip rebuilding it (ADBench's timing rebuilds it every call)."""
-    cams, X, w = np.asarray(cams), np.asarray(X), np.asarray(w)
+    cams, X, w, feats = np.asarray(cams), np.asarray(X), np.asarray(w), np.asarray(feats)
     p = w.shape[0]
     cam_o, X_o = _gather(cams, X, obs)
     dtype = np.result_type(cam_o, X_o, w, feats)
+    w = w.astype(dtype, copy=False)                 # the weight term's buffers have the common dtype too
     data = np.empty(31 * p, dtype)
     reproj_err = np.empty((p, 2), dtype)
     ba_residual_blocks(cam_o, X_o, w, feats, out=(reproj_err, data[:30 * p].reshape(p, 2, BLOCK)))

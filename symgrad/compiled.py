@@ -223,6 +223,8 @@ class CompiledFunction:
     def _vjp_call(self, program: str, values: tuple, what: str, out: Any = None) -> tuple[tuple, tuple]:
         args, cots = self._split(values, what)
         arrays, dtype, batch = self._arrays(args + cots, self._vjp_shapes, self._vjp_names)
+        if out is not None and not self._all_diff:
+            out = self._drop_nondiff(out, self.n_outputs if program == "value_and_vjp" else 0)
         buffers = self._out(out, program, dtype, batch, arrays)
         if buffers is not None:
             for a, shape, name, diff in zip(args, self.arg_shapes, self.arg_names, self.arg_diff):
@@ -241,6 +243,18 @@ class CompiledFunction:
             it = iter(grads)
             grads = tuple(next(it) if d else None for d in self.arg_diff)
         return results[:n_out], grads
+
+    def _drop_nondiff(self, out: Any, n_out: int) -> Any:
+        """``out=`` laid out like the results (None where a nondiff argument's gradient would be, so a
+        previous result can be passed back): the buffers of the differentiable arguments only."""
+        out = (out,) if isinstance(out, np.ndarray) else tuple(out)
+        if len(out) != n_out + len(self.arg_names):
+            return out
+        for o, name, diff in zip(out[n_out:], self.arg_names, self.arg_diff):
+            if not diff and o is not None:
+                raise ArgumentError(f"{self.name}: argument '{name}' is nondiff and has no gradient; "
+                                    "its out= entry must be None (or leave it out)")
+        return out[:n_out] + tuple(o for o, diff in zip(out[n_out:], self.arg_diff) if diff)
 
     def vjp(self, *args_and_cotangents: Any, out: Any = None) -> tuple[np.ndarray, ...]:
         """Gradients of every argument (each shaped like its argument; None for a ``nondiff`` one) given one

@@ -97,13 +97,14 @@ class Adam(Optimizer):
                 # in place, into one scratch array per parameter: no temporaries (each would be a fresh
                 # allocation and its page faults on every step), 13 passes over L2-resident data
                 tmp = self._scratch.get(p)
-                if tmp is None or tmp.shape != g.shape or tmp.dtype != g.dtype:
-                    tmp = self._scratch[p] = np.empty_like(g)
+                dtype = np.result_type(p.data, g)      # a float32 .grad on a float64 parameter: float64 math
+                if tmp is None or tmp.shape != g.shape or tmp.dtype != dtype:
+                    tmp = self._scratch[p] = np.empty(g.shape, dtype)
                 m *= beta1
-                np.multiply(g, 1 - beta1, out=tmp)
+                np.multiply(g, 1 - beta1, out=tmp, dtype=dtype)
                 m += tmp
                 v *= beta2
-                np.multiply(g, g, out=tmp)
+                np.multiply(g, g, out=tmp, dtype=dtype)
                 tmp *= 1 - beta2
                 v += tmp
                 if group["amsgrad"]:

@@ -99,6 +99,17 @@ def test_ba_jacobian_values_match_objective(backend, small_ba):
     np.testing.assert_allclose(w_err, ref_w_err, rtol=1e-14)
 
 
+def test_ba_jacobian_takes_lists_and_mixed_dtypes(backend, small_ba):
+    """Array-likes and a float32 weight vector work as before out= buffers: same values, common dtype."""
+    cams, X, w, feats, obs = small_ba
+    _, _, J = ba.ba_jacobian(cams, X, w, feats, obs)
+    _, w_err, J_mixed = ba.ba_jacobian(cams, X, w.astype(np.float32), feats.tolist(), obs)
+    assert J_mixed.data.dtype == np.float64 and w_err.dtype == np.float64
+    np.testing.assert_allclose(J_mixed.data, ba.ba_jacobian(cams, X, w.astype(np.float32).astype(np.float64),
+                                                            feats, obs)[2].data, rtol=1e-15)
+    np.testing.assert_allclose(J_mixed.data, J.data, rtol=1e-6, atol=1e-6 * np.abs(J.data).max())
+
+
 def test_ba_csr_structure(backend, small_ba):
     cams, X, w, feats, obs = small_ba
     n, m, p = SMALL["n"], SMALL["m"], SMALL["p"]

@@ -137,6 +137,21 @@ def test_adam_matches_the_reference_formula():
     np.testing.assert_allclose(quadratic_problem(lambda p: sg.optim.Adam(p, lr=0.1)), w)
 
 
+def test_adam_float32_grad_on_float64_parameter_computes_in_float64():
+    w = nn.Parameter(np.array([1.0, -2.0, 3.0]))
+    g = np.array([1e-3, 0.3, 7.0], np.float32)
+    opt = sg.optim.Adam([w], lr=0.1)
+    ref, m, v = w.data.copy(), 0.0, 0.0
+    for t in range(1, 4):
+        w.grad = sg.tensor(g)
+        opt.step()
+        g64 = g.astype(np.float64)
+        m, v = 0.9 * m + 0.1 * g64, 0.999 * v + 0.001 * g64 * g64
+        ref = ref - 0.1 / (1 - 0.9**t) * m / (np.sqrt(v) / np.sqrt(1 - 0.999**t) + 1e-8)
+    assert w.data.dtype == np.float64
+    np.testing.assert_allclose(w.data, ref, rtol=1e-13)
+
+
 def test_optimizer_validation_and_param_groups():
     w = nn.Parameter(np.ones(2))
     with pytest.raises(ValueError, match="Nesterov momentum requires a momentum and zero dampening"):

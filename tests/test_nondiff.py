@@ -87,8 +87,15 @@ def test_vjp_out_buffers_are_for_differentiable_arguments_only(backend):
     gp, gw = np.empty_like(p), np.empty_like(w)
     grads = residual.vjp(p, w, target, cot, out=(gp, gw))
     assert grads[0] is gp and grads[1] is gw and grads[2] is None
-    with pytest.raises(ArgumentError, match="out= takes 2 array"):
+    again = residual.vjp(p, w, target, cot, out=grads)        # a previous result, None included, goes back in
+    assert again[0] is gp and again[1] is gw and again[2] is None
+    value = np.empty_like(p)
+    _, fused = residual.value_and_vjp(p, w, target, cot, out=(value, gp, gw, None))
+    assert fused[0] is gp
+    with pytest.raises(ArgumentError, match="'target' is nondiff and has no gradient; its out= entry must be None"):
         residual.vjp(p, w, target, cot, out=(gp, gw, np.empty_like(target)))
+    with pytest.raises(ArgumentError, match="out= takes 2 array"):
+        residual.vjp(p, w, target, cot, out=(gp,))
 
 
 def test_broadcast_nondiff_argument(backend):
