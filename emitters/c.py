@@ -26,7 +26,7 @@ from symgrad.build_c import prototype
 from symgrad.display import TermOrder
 from symgrad.ir import Kernel, Program, Slot
 
-from . import ModelInfo, one_line, register
+from . import ExpressionPrinter, ModelInfo, one_line, register
 from ._c_text import (DTYPES, HELPERS, LIBM, LIBMVEC_TIER, LOOP_MACROS, DType, c_safe, helper, literal,
                       vector_math_declarations)
 
@@ -38,7 +38,7 @@ PARALLEL_MIN_ROWS = 200_000
 PARALLEL_MIN_ROWS_FLOOR = 20_000
 
 
-class SymgradCPrinter(TermOrder, C99CodePrinter):
+class SymgradCPrinter(ExpressionPrinter, TermOrder, C99CodePrinter):
     """Expressions of one dtype; statements, loops and signatures belong to the emitter.
 
     ``names`` maps a SymPy symbol to its C text (``x[i]``, a local name); ``used`` collects the libm
@@ -241,9 +241,9 @@ def _comment(text: str) -> str:
     return one_line(text).replace("/*", "/ *")
 
 
-def _parallel_min_rows(program: Program) -> int:
+def _parallel_min_rows(kernel: Kernel, program: Program) -> int:
     """Rows from which a loop runs on all OpenMP threads: fewer for heavier bodies (~constant work)."""
-    ops = max(program.op_count(), 1)
+    ops = max(dict(kernel.op_counts).get(program.name) or program.op_count(), 1)
     return max(PARALLEL_MIN_ROWS_FLOOR, min(PARALLEL_MIN_ROWS, PARALLEL_MIN_ROWS * 10 // ops))
 
 
@@ -313,7 +313,7 @@ class CEmitter:
         body = "\n".join(f"        {line}" for line in lines)
         return (f"/* {program.name} of {_comment(kernel.name)} [{_comment(kernel.origin)}], {dtype.ctype} */\n"
                 f"{head}\n{{\n"
-                f"    SG_LOOP({_parallel_min_rows(program)})\n"
+                f"    SG_LOOP({_parallel_min_rows(kernel, program)})\n"
                 f"    for (int64_t i = 0; i < n; ++i) {{\n{body}\n    }}\n}}")
 
     def __init__(self) -> None:

@@ -16,12 +16,12 @@ from sympy.printing.precedence import PRECEDENCE
 from symgrad.display import TermOrder
 from symgrad.ir import Kernel, Program, Slot
 
-from . import ModelInfo, one_line, register
+from . import ExpressionPrinter, ModelInfo, one_line, register
 
 HELPERS = "_sg"   # symgrad.npfuncs: stable primitives and erf for arrays
 
 
-class SymgradNumPyPrinter(TermOrder, NumPyPrinter):
+class SymgradNumPyPrinter(ExpressionPrinter, TermOrder, NumPyPrinter):
     """Expressions only; statements and layout belong to the emitter."""
 
     def _print_Pow(self, expr, rational=False):
