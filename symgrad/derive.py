@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
+from functools import lru_cache
 from itertools import count
 
 import sympy
@@ -81,8 +82,10 @@ def straight_line(exprs: list[sympy.Expr], prefix: str) -> tuple[Assignments, li
     return hoist_operands(*inline_booleans(list(temps), list(reduced)), names)
 
 
+@lru_cache(maxsize=4096)
 def local_derivative(expr: sympy.Expr, wrt: Symbol, where: str) -> sympy.Expr:
-    """d expr / d wrt for one assignment, with the subgradient table applied."""
+    """d expr / d wrt for one assignment, with the subgradient table applied. Cached: the vjp, each Jacobian
+    row and the jvp of one function walk the same forward program, so they ask for the same derivatives."""
     d = apply_subgradients(sympy.diff(expr, wrt))
     if isinstance(expr, Pow) and not expr.exp.is_Number:
         d = sympy.powsimp(d)          # x**y*y/x (NaN at 0) -> y*x**(y - 1)
