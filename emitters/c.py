@@ -286,7 +286,9 @@ class CEmitter:
         for slot in program.inputs:
             array = cname(slot.name)
             for k, sym in enumerate(slot.symbols):
-                if not slot.shape:
+                if slot.uniform:
+                    names[sym] = array                      # a number passed by value
+                elif not slot.shape:
                     names[sym] = f"{array}[i]"
                 elif sym in used:
                     names[sym] = cname(sym.name)
@@ -307,7 +309,8 @@ class CEmitter:
             else:
                 names[a.target] = cname(a.target.name)
                 lines.append(f"const {dtype.ctype} {names[a.target]} = {value};{note}")
-        params = [f"const {dtype.ctype} *restrict {cname(s.name)}" for s in program.inputs]
+        params = [f"const {dtype.ctype} {cname(s.name)}" if s.uniform else
+                  f"const {dtype.ctype} *restrict {cname(s.name)}" for s in program.inputs]
         params += [f"{dtype.ctype} *restrict {cname(s.name)}" for s in program.outputs]
         head = prototype(function_name(kernel, program, dtype), params)
         body = "\n".join(f"        {line}" for line in lines)
@@ -373,8 +376,8 @@ class CEmitter:
 def cdef(kernels: Sequence[Kernel]) -> str:
     """The cffi ``cdef`` of a module: one prototype per kernel, program and dtype."""
     return "\n".join(
-        prototype(function_name(k, p, d), [f"const {d.ctype} *"] * len(p.inputs)
-                  + [f"{d.ctype} *"] * len(p.outputs)) + ";"
+        prototype(function_name(k, p, d), [f"const {d.ctype}" if s.uniform else f"const {d.ctype} *"
+                                            for s in p.inputs] + [f"{d.ctype} *"] * len(p.outputs)) + ";"
         for k in kernels for d in DTYPES for p in k.programs)
 
 

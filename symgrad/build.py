@@ -95,7 +95,7 @@ def load_model(path: Path) -> list[SymbolicFunction]:
 
 
 def _slot_json(s: Slot) -> dict:
-    return {"name": s.name, "shape": list(s.shape), "role": s.role, "of": s.of}
+    return {"name": s.name, "shape": list(s.shape), "role": s.role, "of": s.of, "uniform": s.uniform}
 
 
 def kernel_manifest(k: Kernel, sources: dict[str, str]) -> dict:

@@ -75,7 +75,8 @@ def cdef_from_manifest(manifest: dict) -> str:
     for suffix, ctype in C_TYPES.items():
         for fn in manifest["functions"]:
             for program, slots in fn["programs"].items():
-                params = [f"const {ctype} *"] * len(slots["inputs"]) + [f"{ctype} *"] * len(slots["outputs"])
+                params = [f"const {ctype}" if s.get("uniform") else f"const {ctype} *" for s in slots["inputs"]]
+                params += [f"{ctype} *"] * len(slots["outputs"])
                 ident = fn.get("ident", fn["name"])
                 lines.append(f"void {ident}__{program}_{suffix}(int64_t, {', '.join(params)});")
     return "\n".join(sorted(lines))

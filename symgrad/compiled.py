@@ -6,6 +6,7 @@ calls the active backend's kernel and sums gradients of broadcast arguments back
 """
 from __future__ import annotations
 
+import numbers
 from pathlib import Path
 from typing import Any
 
@@ -83,13 +84,15 @@ class CompiledFunction:
         #: False for arguments declared ``nondiff``: vjp gives None for them, jacobian/jvp skip them
         self.arg_diff = tuple(a.get("diff", True) for a in entry["args"])
         self._all_diff = all(self.arg_diff)
+        #: arguments declared ``uniform``: one number per call, passed to the kernels by value
+        self._uniform = frozenset(a["name"] for a in entry["args"] if a.get("uniform"))
         self.out_shapes = tuple(tuple(o["shape"]) for o in entry["outputs"])
         self.n_outputs = len(self.out_shapes)
         self.returns_tuple: bool = entry["returns_tuple"]
         self.derivatives: dict[str, str] = entry["derivatives"]
         self.formulas: dict[str, str] = entry["formulas"]
         self.op_counts: dict[str, int] = entry["op_counts"]
-        self._elementwise = not any(self.arg_shapes) and not any(self.out_shapes)
+        self._elementwise = not any(self.arg_shapes) and not any(self.out_shapes) and not self._uniform
         self._vjp_shapes = self.arg_shapes + self.out_shapes
         self._vjp_names = self.arg_names + tuple(
             f"grad of output {k}" if self.n_outputs > 1 else "grad_out" for k in range(self.n_outputs))
@@ -134,6 +137,10 @@ class CompiledFunction:
                 return fast
         arrays, batches, dtypes = [], [], []
         for value, shape, name in zip(values, shapes, names):
+            if name in self._uniform:
+                arrays.append(self._uniform_value(value, name))
+                batches.append(())
+                continue
             if isinstance(value, (float, int)) and not isinstance(value, bool):
                 arr = value
                 batch = ()
@@ -165,6 +172,14 @@ class CompiledFunction:
         arrays = [a.astype(dtype) if isinstance(a, np.ndarray) and a.dtype != dtype else
                   (np.asarray(a, dtype) if not isinstance(a, np.ndarray) else a) for a in arrays]
         return arrays, dtype, batch
+
+    def _uniform_value(self, value: Any, name: str) -> float:
+        if isinstance(value, np.ndarray) and value.ndim == 0 and value.dtype in _FLOATS:
+            return float(value)
+        if isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_)):
+            return float(value)
+        got = f"shape {np.shape(value)}" if np.ndim(value) else type(value).__name__
+        raise ArgumentError(f"{self.name}: argument '{name}' is uniform (one number per call); got {got}")
 
     def _split(self, values: tuple, what: str) -> tuple[tuple, tuple]:
         n = len(self.arg_names)
@@ -228,6 +243,9 @@ class CompiledFunction:
         buffers = self._out(out, program, dtype, batch, arrays)
         if buffers is not None:
             for a, shape, name, diff in zip(args, self.arg_shapes, self.arg_names, self.arg_diff):
+                if diff and name in self._uniform:
+                    raise ArgumentError(f"{self.name}: with out=, uniform argument '{name}' cannot be "
+                                        "differentiable (its gradient is a sum over the batch)")
                 if diff and np.shape(a) != batch + shape:
                     raise ArgumentError(f"{self.name}: with out=, argument '{name}' must have the full shape "
                                         f"{batch + shape} (its gradient would be summed over broadcast axes)")

@@ -44,6 +44,7 @@ class ArgSpec:
     shape: tuple[int, ...]
     symbols: tuple[sympy.Symbol, ...]   # row-major elements
     diff: bool = True                   # False: declared in ``nondiff`` (no gradient, no Jacobian columns)
+    uniform: bool = False               # True: declared in ``uniform`` (one number per call, passed by value)
 
 
 @dataclass(frozen=True)
@@ -65,7 +66,7 @@ class Spec:
 
     def __str__(self) -> str:
         sig = ", ".join((a.name if not a.shape else f"{a.name}: {Shape(a.shape)!r}") + ("" if a.diff else " [nondiff]")
-                        for a in self.args)
+                        + (" [uniform]" if a.uniform else "") for a in self.args)
         outs = "\n".join(f"  out{k} = {list(o.exprs) if o.shape else o.exprs[0]}" for k, o in enumerate(self.outputs))
         return f"{self.name}({sig})  [{self.origin}]\n{outs}"
 
@@ -127,11 +128,12 @@ def _check_size(expr: sympy.Expr, fname: str, limit: int) -> None:
 class SymbolicFunction:
     """A forward function written with SymPy; see the module docstring for how calls behave."""
 
-    def __init__(self, fn: Callable, nondiff: tuple[str, ...] = ()) -> None:
+    def __init__(self, fn: Callable, nondiff: tuple[str, ...] = (), uniform: tuple[str, ...] = ()) -> None:
         functools.update_wrapper(self, fn)
         self.fn = fn
         self.name = fn.__name__
         self.nondiff = tuple(nondiff)
+        self.uniform = tuple(uniform)
         self._compiled = None
 
     def __repr__(self) -> str:
@@ -145,17 +147,22 @@ class SymbolicFunction:
     def trace(self) -> Spec:
         """Call the body once with real SymPy symbols (the frontend owns symbol creation)."""
         params = list(inspect.signature(self.fn).parameters.values())
-        unknown = sorted(set(self.nondiff) - {p.name for p in params})
-        if unknown:
-            raise ModelError(f"{self.name}: nondiff names {', '.join(map(repr, unknown))}, which "
-                             f"{'is not an argument' if len(unknown) == 1 else 'are not arguments'} of the function")
+        for option, names in (("nondiff", self.nondiff), ("uniform", self.uniform)):
+            unknown = sorted(set(names) - {p.name for p in params})
+            if unknown:
+                raise ModelError(f"{self.name}: {option} names {', '.join(map(repr, unknown))}, which "
+                                 f"{'is not an argument' if len(unknown) == 1 else 'are not arguments'} of the "
+                                 "function")
         args, values = [], []
         for p in params:
             if p.kind not in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD):
                 raise ModelError(f"{self.name}: only plain positional arguments are supported (got '{p}')")
             shape = _resolve_annotation(self.fn, p.annotation, p.name)
             symbols = _element_symbols(p.name, shape)
-            args.append(ArgSpec(p.name, shape, tuple(symbols), p.name not in self.nondiff))
+            if shape and p.name in self.uniform:
+                raise ModelError(f"{self.name}: uniform argument '{p.name}' must be a scalar (one number per call), "
+                                 f"not {Shape(shape)!r}")
+            args.append(ArgSpec(p.name, shape, tuple(symbols), p.name not in self.nondiff, p.name in self.uniform))
             if not shape:
                 values.append(symbols[0])
             else:
@@ -242,17 +249,21 @@ class SymbolicFunction:
         return self.compiled().derivatives
 
 
-def function(fn: Callable | None = None, *, nondiff: tuple[str, ...] | list[str] = ()
-             ) -> SymbolicFunction | Callable[[Callable], SymbolicFunction]:
+def function(fn: Callable | None = None, *, nondiff: tuple[str, ...] | list[str] = (),
+             uniform: tuple[str, ...] | list[str] = ()) -> SymbolicFunction | Callable[[Callable], SymbolicFunction]:
     """Declare a forward function written with SymPy expressions; symgrad derives and compiles its gradient.
 
     ``@sg.function(nondiff=("feat",))`` marks arguments that are data, not variables (observed features,
     labels): they get no gradient (``vjp`` gives None in their place) and no Jacobian columns, like
-    ``jax.custom_vjp``'s ``nondiff_argnums`` but by name."""
-    if isinstance(nondiff, str):
-        nondiff = (nondiff,)
+    ``jax.custom_vjp``'s ``nondiff_argnums`` but by name.
+
+    ``uniform=("lr",)`` marks scalar arguments that take one number per call (a step size, a temperature):
+    the C kernels get it by value instead of an array filled with it, and its gradient is the sum over the
+    batch, as for any broadcast argument."""
+    nondiff = (nondiff,) if isinstance(nondiff, str) else tuple(nondiff)
+    uniform = (uniform,) if isinstance(uniform, str) else tuple(uniform)
     if fn is None:
-        return lambda f: function(f, nondiff=nondiff)
+        return lambda f: function(f, nondiff=nondiff, uniform=uniform)
     if not callable(fn):
         raise ModelError(f"@sg.function expects a function, got {type(fn).__name__}")
-    return SymbolicFunction(fn, tuple(nondiff))
+    return SymbolicFunction(fn, nondiff, uniform)

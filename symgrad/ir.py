@@ -27,6 +27,7 @@ class Slot:
     symbols: tuple[sympy.Symbol, ...]
     role: str
     of: str = ""          # for grads/cotangents/tangents: the argument or output they belong to
+    uniform: bool = False  # an argument with one value per call (a scalar passed by value), not per element
 
     @property
     def size(self) -> int:

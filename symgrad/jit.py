@@ -47,7 +47,7 @@ def compile_function(fn: "SymbolicFunction") -> CompiledFunction:
 
     from .lower import lower
     spec = fn.trace()
-    key = source_hash(repr((spec.name, [(a.name, a.shape, a.diff) for a in spec.args],
+    key = source_hash(repr((spec.name, [(a.name, a.shape, a.diff, a.uniform) for a in spec.args],
                             [(o.shape, [sympy.srepr(e) for e in o.exprs]) for o in spec.outputs],
                             spec.returns_tuple)).encode())
     kernels = []

@@ -39,14 +39,15 @@ class _Builder:
         self.rename: dict[Symbol, Symbol] = {}
         self.temp_names = (f"t{k}" for k in count())
 
-    def slot(self, base: str, shape: tuple[int, ...], role: str, internal: list[Symbol], of: str = "") -> Slot:
+    def slot(self, base: str, shape: tuple[int, ...], role: str, internal: list[Symbol], of: str = "",
+             uniform: bool = False) -> Slot:
         name = self.namer(base)
         symbols = []
         for sym, element in zip(internal, _element_names(name, shape)):
             new = Symbol(element if not shape else self.namer(element), real=True)
             self.rename[sym] = new
             symbols.append(new)
-        return Slot(name, shape, tuple(symbols), role, of)
+        return Slot(name, shape, tuple(symbols), role, of, uniform)
 
     def program(self, name: str, inputs: tuple[Slot, ...], outputs: tuple[Slot, ...], body: Assignments,
                 notes: dict[Symbol, str]) -> Program:
@@ -88,7 +89,7 @@ def lower(spec: Spec) -> Kernel:
     jac_full = joint_cse(jac_body)
 
     # Slots, in the user's names.
-    args = tuple(b.slot(a.name, a.shape, "arg", list(a.symbols)) for a in spec.args)
+    args = tuple(b.slot(a.name, a.shape, "arg", list(a.symbols), uniform=a.uniform) for a in spec.args)
     single = len(spec.outputs) == 1
     out_slots, cot_slots, it_out, it_cot = [], [], iter(out_syms), iter(cot_syms)
     for k, o in enumerate(spec.outputs):

@@ -53,7 +53,9 @@ class CKernels:
         if self.module not in _loaded:
             _loaded.append(self.module)
         self.ffi, self.lib = self.module.ffi, self.module.lib
-        self.slots = {(f.get("ident", f["name"]), p): ([tuple(s["shape"]) for s in slots["inputs"]],
+        # per program: input shapes (None for a uniform input, passed by value) and output shapes
+        self.slots = {(f.get("ident", f["name"]), p): ([None if s.get("uniform") else tuple(s["shape"])
+                                                        for s in slots["inputs"]],
                                                        [tuple(s["shape"]) for s in slots["outputs"]])
                       for f in manifest["functions"] for p, slots in f["programs"].items()}
         self._runs: dict[tuple, Run] = {}
@@ -78,12 +80,15 @@ def _make_run(fn, ffi, dtype: np.dtype, in_shapes: list[tuple], out_shapes: list
     ndarray, empty = np.ndarray, np.empty
     ins = tuple(in_shapes)
     outs = tuple(out_shapes)
-    if not any(ins) and not any(outs):
+    if all(s == () for s in ins) and not any(outs):
         return _elementwise_run(fn, from_buffer, ctype, dtype, len(outs))
 
     def run(inputs: tuple, batch: tuple, out: tuple | None = None) -> tuple:
         args = [prod(batch)]
         for a, tail in zip(inputs, ins):
+            if tail is None:             # uniform: one number, by value (the boundary checked it is one)
+                args.append(float(a))
+                continue
             full = batch + tail
             # fast path: already a contiguous, aligned array of this exact dtype and shape (`is`: the
             # builtin float dtypes are singletons; any other equal dtype just takes the copying path)
