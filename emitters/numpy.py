@@ -21,8 +21,44 @@ from . import ExpressionPrinter, ModelInfo, one_line, register
 HELPERS = "_sg"   # symgrad.npfuncs: stable primitives and erf for arrays
 
 
+def _strong_constant(expr) -> bool:
+    """A constant that NumPy would evaluate to a float64 *scalar* (``numpy.sqrt(2)``, ``numpy.log(2)``): under
+    NumPy's promotion rules that scalar turns a float32 array into float64, where a Python float does not."""
+    if not isinstance(expr, sympy.Expr) or expr.is_Atom or not expr.is_number:
+        return False
+    return bool(expr.atoms(sympy.Function)) or any(not p.exp.is_Integer for p in expr.atoms(sympy.Pow))
+
+
+def _constant_select(expr) -> bool:
+    """A Piecewise choosing between numbers only: ``numpy.where(c, 0, 1)`` is an int64 (or float64) array,
+    which would promote the float32 arrays it multiplies."""
+    return isinstance(expr, sympy.Piecewise) and all(v.is_number for v, _ in expr.args)
+
+
 class SymgradNumPyPrinter(ExpressionPrinter, TermOrder, NumPyPrinter):
-    """Expressions only; statements and layout belong to the emitter."""
+    """Expressions only; statements and layout belong to the emitter.
+
+    float32 stays float32 math: compound constants that NumPy would compute as float64 scalars are printed
+    inside ``float(...)`` (a Python float is weak), and a select between numbers only is cast to the
+    kernel's ``dtype`` (a local the emitter defines when ``uses_dtype`` is set)."""
+
+    _in_constant = False
+    uses_dtype = False
+
+    def _print(self, expr, **kwargs):
+        if self._in_constant:
+            return super()._print(expr, **kwargs)
+        if _strong_constant(expr):
+            template = "float({})"
+        elif _constant_select(expr):
+            template, self.uses_dtype = "{}.astype(dtype)", True
+        else:
+            return super()._print(expr, **kwargs)
+        self._in_constant = True
+        try:
+            return template.format(super()._print(expr, **kwargs))
+        finally:
+            self._in_constant = False
 
     def _print_Pow(self, expr, rational=False):
         base, exp = expr.args
@@ -148,9 +184,12 @@ class NumPyEmitter:
                  f'    """{_docstring_text(f"{program.name} of {kernel.name} [{kernel.origin}].")}"""',
                  '    with numpy.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):']
         body = [line for slot in program.inputs for line in _unpack(slot)]
+        self.printer.uses_dtype = False
         for a in program.body:
             note = f"  # {one_line(a.note)}" if a.note else ""
             body.append(f"{a.target} = {self.printer.doprint(a.expr)}{note}")
+        if self.printer.uses_dtype:   # the dtype the backend computes in (Python numbers are weak)
+            body.insert(0, f"dtype = numpy.result_type({params})")
         lines += [f"        {line}" for line in body or ["pass"]]
         lines.append(f"    return ({''.join(_pack(s) + ', ' for s in program.outputs).rstrip()})")
         return "\n".join(lines)

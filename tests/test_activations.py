@@ -17,6 +17,7 @@ import pytest
 import sympy
 
 import symgrad as sg
+from symgrad import backends
 from symgrad.build import load_model
 from symgrad.check import check_function
 from symgrad.primitives import _Primitive
@@ -114,3 +115,18 @@ def test_value_and_gradient_against_high_precision(name, compiled, references, b
 @pytest.mark.parametrize("name", NAMES)
 def test_gradient_against_finite_differences(name, compiled, backend):
     assert check_function(getattr(compiled, name), n=32) == []
+
+
+def test_numpy_kernels_compute_float32_in_float32(compiled):
+    """No float64 scalar in the generated NumPy code (``numpy.sqrt(2)`` in tanh-GELU was one) promotes a
+    float32 computation to float64: the generated functions are called directly, since the backend's cast
+    of the results back to float32 would hide it."""
+    names = list(compiled.__all__)
+    module = backends.backend("numpy").load(getattr(compiled, names[0])._package).module
+    for name in names:
+        fn = getattr(compiled, name)
+        for program, slots in fn._entry["programs"].items():
+            args = [np.full((3, *s["shape"]), 0.5, np.float32) for s in slots["inputs"]]
+            for k, result in enumerate(getattr(module, f"{fn._ident}__{program}")(*args)):
+                if isinstance(result, (np.ndarray, np.generic)):
+                    assert result.dtype == np.float32, f"{name}.{program} result {k} is {result.dtype}"

@@ -46,8 +46,9 @@ def square__value_and_jacobian(x):
 def neo_relu__value_and_vjp(x, grad):
     """value_and_vjp of neo_relu [model.py:15]."""
     with numpy.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
+        dtype = numpy.result_type(x, grad)
         out = numpy.where((x > 0), x, -0.1)  # out = where(x > 0, x, -0.1)
-        grad_x = grad*numpy.where((x > 0), 1, 0)  # grad_x = d(out)/dx . grad
+        grad_x = grad*numpy.where((x > 0), 1, 0).astype(dtype)  # grad_x = d(out)/dx . grad
     return (out, grad_x,)
 
 
@@ -61,23 +62,26 @@ def neo_relu__forward(x):
 def neo_relu__vjp(x, grad):
     """vjp of neo_relu [model.py:15]."""
     with numpy.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
-        grad_x = grad*numpy.where((x > 0), 1, 0)  # grad_x = d(out)/dx . grad
+        dtype = numpy.result_type(x, grad)
+        grad_x = grad*numpy.where((x > 0), 1, 0).astype(dtype)  # grad_x = d(out)/dx . grad
     return (grad_x,)
 
 
 def neo_relu__jvp(x, tangent_x):
     """jvp of neo_relu [model.py:15]."""
     with numpy.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
+        dtype = numpy.result_type(x, tangent_x)
         out = numpy.where((x > 0), x, -0.1)  # out = where(x > 0, x, -0.1)
-        jvp_out = tangent_x*numpy.where((x > 0), 1, 0)
+        jvp_out = tangent_x*numpy.where((x > 0), 1, 0).astype(dtype)
     return (out, jvp_out,)
 
 
 def neo_relu__value_and_jacobian(x):
     """value_and_jacobian of neo_relu [model.py:15]."""
     with numpy.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
+        dtype = numpy.result_type(x)
         out = numpy.where((x > 0), x, -0.1)  # out = where(x > 0, x, -0.1)
-        jacobian_0_0 = numpy.where((x > 0), 1, 0)
+        jacobian_0_0 = numpy.where((x > 0), 1, 0).astype(dtype)
     return (out, _sg.pack((jacobian_0_0,), (1, 1)),)
 
 
@@ -187,7 +191,7 @@ def gelu_tanh__value_and_vjp(x, grad):
     """value_and_vjp of gelu_tanh [model.py:32]."""
     with numpy.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
         t0 = 0.5*x
-        t1 = numpy.sqrt(2)/numpy.sqrt(numpy.pi)
+        t1 = float(numpy.sqrt(2)/numpy.sqrt(numpy.pi))
         t2 = numpy.tanh(t1*(x + 0.044715*(x*x*x)))
         out = t0*(1 + t2)  # out = 0.5*x*(1 + tanh(sqrt(2)*(x + 0.044715*x**3)/sqrt(pi)))
         grad_x = grad*(0.5 + 0.5*t2 + t0*t1*(1 - (t2*t2))*(1 + 0.134145*(x*x)))  # grad_x = d(out)/dx . grad
@@ -197,14 +201,14 @@ def gelu_tanh__value_and_vjp(x, grad):
 def gelu_tanh__forward(x):
     """forward of gelu_tanh [model.py:32]."""
     with numpy.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
-        out = 0.5*x*(1 + numpy.tanh(numpy.sqrt(2)*(x + 0.044715*(x*x*x))/numpy.sqrt(numpy.pi)))  # out = 0.5*x*(1 + tanh(sqrt(2)*(x + 0.044715*x**3)/sqrt(pi)))
+        out = 0.5*x*(1 + numpy.tanh(float(numpy.sqrt(2))*(x + 0.044715*(x*x*x))/float(numpy.sqrt(numpy.pi))))  # out = 0.5*x*(1 + tanh(sqrt(2)*(x + 0.044715*x**3)/sqrt(pi)))
     return (out,)
 
 
 def gelu_tanh__vjp(x, grad):
     """vjp of gelu_tanh [model.py:32]."""
     with numpy.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
-        t1 = numpy.sqrt(2)/numpy.sqrt(numpy.pi)
+        t1 = float(numpy.sqrt(2)/numpy.sqrt(numpy.pi))
         t2 = numpy.tanh(t1*(x + 0.044715*(x*x*x)))
         grad_x = grad*(0.5 + 0.5*t2 + 0.5*t1*x*(1 - (t2*t2))*(1 + 0.134145*(x*x)))  # grad_x = d(out)/dx . grad
     return (grad_x,)
@@ -214,7 +218,7 @@ def gelu_tanh__jvp(x, tangent_x):
     """jvp of gelu_tanh [model.py:32]."""
     with numpy.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
         t0 = 0.5*x
-        t1 = numpy.sqrt(2)/numpy.sqrt(numpy.pi)
+        t1 = float(numpy.sqrt(2)/numpy.sqrt(numpy.pi))
         t2 = numpy.tanh(t1*(x + 0.044715*(x*x*x)))
         out = t0*(1 + t2)  # out = 0.5*x*(1 + tanh(sqrt(2)*(x + 0.044715*x**3)/sqrt(pi)))
         jvp_out = tangent_x*(0.5 + 0.5*t2 + t0*t1*(1 - (t2*t2))*(1 + 0.134145*(x*x)))
@@ -225,7 +229,7 @@ def gelu_tanh__value_and_jacobian(x):
     """value_and_jacobian of gelu_tanh [model.py:32]."""
     with numpy.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
         t0 = 0.5*x
-        t1 = numpy.sqrt(2)/numpy.sqrt(numpy.pi)
+        t1 = float(numpy.sqrt(2)/numpy.sqrt(numpy.pi))
         t2 = numpy.tanh(t1*(x + 0.044715*(x*x*x)))
         out = t0*(1 + t2)  # out = 0.5*x*(1 + tanh(sqrt(2)*(x + 0.044715*x**3)/sqrt(pi)))
         jacobian_0_0 = 0.5 + 0.5*t2 + t0*t1*(1 - (t2*t2))*(1 + 0.134145*(x*x))
