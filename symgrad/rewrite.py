@@ -117,14 +117,24 @@ def _apply_rules(e: sympy.Expr) -> sympy.Expr:
     return e
 
 
+def _non_real(value: sympy.Expr) -> bool:
+    return value.is_number and value.is_extended_real is False
+
+
 def stabilize(expr: sympy.Expr) -> sympy.Expr:
     """Apply every rule bottom-up until nothing changes (each rule strictly shrinks its pattern).
 
     SymPy's own ``zoo`` (complex infinity, e.g. ``1/0`` evaluated in a branch that Piecewise folding created
     but that can never be taken, as in ``where(Ne(u, 0), sin(u)/u, 1)`` with ``u`` itself a ``where``) becomes
-    NaN, the value NumPy gives an undefined result; ``check_supported`` still rejects it outside a branch."""
+    NaN, the value NumPy gives an undefined result; so does a branch whose whole value is a non-real number
+    (``sqrt(-1) = I`` when ``sqrt`` of a clamped ``where`` is folded into the branches, as in
+    ``where(u > 0, sqrt(u), 0)`` with ``u = clamp(y, -1, 1)``). ``check_supported`` still rejects both outside
+    a branch."""
     if expr.has(S.ComplexInfinity):
         expr = expr.xreplace({S.ComplexInfinity: S.NaN})
+    if expr.has(S.ImaginaryUnit) and expr.has(Piecewise):
+        expr = expr.replace(lambda e: isinstance(e, Piecewise) and any(_non_real(v) for v, _ in e.args),
+                            lambda e: Piecewise(*[(S.NaN if _non_real(v) else v, c) for v, c in e.args]))
     for _ in range(8):
         new = bottom_up(expr, _apply_rules)
         if new == expr:
