@@ -1,7 +1,7 @@
 """Lowering: a traced ``Spec`` -> a validated ``Kernel`` with forward, vjp and fused programs.
 
 This is the one place that orders the passes: stabilize -> check -> forward CSE -> reverse accumulation
--> joint CSE -> prune/inline per program -> readable, safe names.
+-> stable forms of the exp(-|u|) primitives -> joint CSE -> prune/inline per program -> readable, safe names.
 """
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from .display import formula
 from .frontend import Spec
 from .ir import Assign, Kernel, Program, Slot
 from .naming import Namer, sanitize
+from .primitives import expand_shared_cores
 from .rewrite import stabilize
 from .rules import apply_subgradients, check_supported
 
@@ -59,6 +60,12 @@ class _Builder:
         return Program(name, inputs, outputs, tuple(assigns))
 
 
+def _stable_forms(assigns: Assignments) -> Assignments:
+    """The primitives of the exp(-|u|) family in their stable forms, so that the joint CSE after it computes
+    that exponential once for a value and its gradient."""
+    return [(s, expand_shared_cores(e)) for s, e in assigns]
+
+
 def lower(spec: Spec) -> Kernel:
     """Derive and lay out every program of one function."""
     b = _Builder(spec)
@@ -74,19 +81,22 @@ def lower(spec: Spec) -> Kernel:
     grad_syms = [Symbol(f"_grad{k}", real=True) for k in range(len(arg_syms))]
     forward = temps + list(zip(out_syms, reduced))
     rev = reverse_accumulate(forward, dict(zip(out_syms, cot_syms)), arg_syms, b.where)
-    full = joint_cse(forward + rev.assigns + list(zip(grad_syms, rev.grads)))
+    full = joint_cse(_stable_forms(forward + rev.assigns + list(zip(grad_syms, rev.grads))))
 
     # Forward mode (jvp) and the dense per-row Jacobian (one unit-seeded reverse pass per output element).
     tan_syms = [Symbol(f"_tan_in{k}", real=True) for k in range(len(arg_syms))]
     jvp_syms = [Symbol(f"_jvp{k}", real=True) for k in range(len(outputs))]
     tan_assigns, tangent = forward_accumulate(forward, dict(zip(arg_syms, tan_syms)), b.where)
-    jvp_full = joint_cse(forward + tan_assigns + [(j, tangent[o]) for j, o in zip(jvp_syms, out_syms)])
+    jvp_body = forward + tan_assigns + [(j, tangent[o]) for j, o in zip(jvp_syms, out_syms)]
+    jvp_full = joint_cse(_stable_forms(jvp_body))
     jac_syms = [Symbol(f"_jac{j}_{i}", real=True) for j in range(len(outputs)) for i in range(len(arg_syms))]
     jac_body: Assignments = list(forward)
     for j, o in enumerate(out_syms):
         rows = reverse_accumulate(forward, {o: sympy.S.One}, arg_syms, b.where)
         jac_body += rows.assigns + list(zip(jac_syms[j * len(arg_syms):(j + 1) * len(arg_syms)], rows.grads))
-    jac_full = joint_cse(jac_body)
+    jac_full = joint_cse(_stable_forms(jac_body))
+    stable_forward = _stable_forms(forward)
+    forward_body = forward if stable_forward == forward else joint_cse(stable_forward)
 
     # Slots, in the user's names.
     args = tuple(b.slot(a.name, a.shape, "arg", list(a.symbols), uniform=a.uniform) for a in spec.args)
@@ -120,7 +130,7 @@ def lower(spec: Spec) -> Kernel:
         b.program("value_and_vjp", (*args, *cot_slots), (*out_slots, *grad_slots),
                   inline_single_use(prune(full, results), results), notes),
         b.program("forward", args, tuple(out_slots),
-                  inline_single_use(prune(forward, set(out_syms)), set(out_syms)), notes),
+                  inline_single_use(prune(forward_body, set(out_syms)), set(out_syms)), notes),
         b.program("vjp", (*args, *cot_slots), tuple(grad_slots),
                   inline_single_use(prune(full, set(grad_syms)), set(grad_syms)), notes),
         b.program("jvp", (*args, *tan_slots), (*out_slots, *jvp_slots),

@@ -1,8 +1,9 @@
 """Stable primitives as SymPy functions whose derivatives are primitives again.
 
 Each class is a ``sympy.Function`` with ``fdiff`` (the derivative rule) and a rewrite to elementary functions
-(used by ``evalf`` and by tests). Emitters print each one in its numerically stable form
-(see ``emitters/``); the derivation never expands them, so ``d softplus = sigmoid`` stays overflow-free.
+(used by ``evalf`` and by tests). The derivation never expands them, so ``d softplus = sigmoid`` stays
+overflow-free; afterwards the lowering writes those of the exp(-|u|) family out in their stable forms
+(``expand_shared_cores``), and emitters print the others (and any primitive left in an IR) in theirs.
 """
 from __future__ import annotations
 
@@ -26,6 +27,12 @@ class _Primitive(sympy.Function):
             return None
 
 
+def _core(x: sympy.Expr) -> sympy.Expr:
+    """exp(-|x|): the one transcendental that sigmoid, softplus, logsigmoid and logaddexp share (in (0, 1],
+    never overflowing); their stable forms are written over it so that CSE computes it once."""
+    return sympy.exp(-sympy.Abs(x))
+
+
 class sigmoid(_Primitive):
     """sigmoid(x) = 1 / (1 + exp(-x)); d/dx = sigmoid(x) * sigmoid(-x) (no 1 - s cancellation)."""
 
@@ -46,6 +53,11 @@ class sigmoid(_Primitive):
 
     def _elementary(self):
         return 1 / (1 + sympy.exp(-self.args[0]))
+
+    def _stable(self):
+        x = self.args[0]
+        e = _core(x)
+        return Piecewise((S.One, x >= 0), (e, True)) / (1 + e)
 
     def _eval_rewrite_as_exp(self, x, **kwargs):
         return 1 / (1 + sympy.exp(-x))
@@ -69,6 +81,10 @@ class softplus(_Primitive):
     def _elementary(self):
         return sympy.log(1 + sympy.exp(self.args[0]))
 
+    def _stable(self):
+        x = self.args[0]
+        return Piecewise((x, x > 0), (S.Zero, True)) + log1p(_core(x))
+
     def _eval_rewrite_as_log(self, x, **kwargs):
         return sympy.log(1 + sympy.exp(x))
 
@@ -83,6 +99,10 @@ class logsigmoid(_Primitive):
 
     def _elementary(self):
         return -sympy.log(1 + sympy.exp(-self.args[0]))
+
+    def _stable(self):
+        x = self.args[0]
+        return Piecewise((x, x < 0), (S.Zero, True)) - log1p(_core(x))
 
     def _eval_rewrite_as_log(self, x, **kwargs):
         return -sympy.log(1 + sympy.exp(-x))
@@ -103,6 +123,11 @@ class logaddexp(_Primitive):
     def _elementary(self):
         a, b = self.args
         return sympy.log(sympy.exp(a) + sympy.exp(b))
+
+    def _stable(self):
+        a, b = self.args
+        return Piecewise((a + sympy.log(2), Eq(a, b)),
+                         (Piecewise((a, a > b), (b, True)) + log1p(_core(a - b)), True))
 
     def _eval_rewrite_as_log(self, a, b, **kwargs):
         return sympy.log(sympy.exp(a) + sympy.exp(b))
@@ -164,3 +189,14 @@ class minimum(_Primitive):
 
 
 PRIMITIVES = (sigmoid, softplus, logsigmoid, logaddexp, xlogy, maximum, minimum, log1p, expm1)
+#: The primitives written out in their stable forms before the joint CSE (see ``expand_shared_cores``).
+SHARED_CORE = (sigmoid, softplus, logsigmoid, logaddexp)
+
+
+def expand_shared_cores(expr: sympy.Expr) -> sympy.Expr:
+    """``expr`` with every sigmoid, softplus, logsigmoid and logaddexp in its stable elementary form over
+    exp(-|u|). Applied after differentiation: softplus' value and gradient (sigmoid), or sigmoid's value and
+    gradient (sigmoid(x)*sigmoid(-x)), then share one exp instead of computing it two or three times."""
+    if not expr.has(*SHARED_CORE):
+        return expr
+    return expr.replace(lambda e: isinstance(e, SHARED_CORE), lambda e: e._stable())

@@ -209,11 +209,22 @@ def test_module_layout(all_kernels, module_text):
         for p in k.programs:
             for d in ("f64", "f32"):
                 assert f"void {k.name}__{p.name}_{d}(int64_t n" in module_text
-    assert "static inline double sg_softplus_f64(double x)" in module_text
-    assert "static inline float sg_softplus_f32(float x)" in module_text
+    assert "static inline double sg_xlogy_f64(double x, double y)" in module_text
+    assert "static inline float sg_xlogy_f32(float x, float y)" in module_text
     assert "#pragma omp declare simd notinbranch\nfloat expf(float);" in module_text
     assert "p[i*3 + 2]" in module_text and "A[i*4 + 3]" in module_text
     assert "/* out = softplus(x) */" in module_text
+
+
+@pytest.mark.parametrize("name", ["softplus_fn", "lse", "xlog"])
+def test_value_and_gradient_share_one_exponential(all_kernels, name):
+    """softplus and its gradient sigmoid, logaddexp and its two sigmoid gradients, logsigmoid: one exp(-|u|)
+    per element in the fused kernel (each used to call exp again in its own helper)."""
+    k = next(k for k in all_kernels if k.name == name)
+    text = CEmitter().emit_program(k, k.program("value_and_vjp"), F64)
+    code = re.sub(r"/\*.*?\*/", "", text.split("{", 1)[1])
+    assert len(re.findall(r"\bexp\(", code)) == 1, text
+    assert "sg_softplus" not in code and "sg_sigmoid" not in code and "sg_logaddexp" not in code
 
 
 def test_float32_functions_are_float32(all_kernels):

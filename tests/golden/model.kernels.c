@@ -44,32 +44,6 @@ double tanh(double);
 float tanhf(float);
 #endif
 
-/* sigmoid(x) = 1/(1 + exp(-x)), branching on the sign so that exp never overflows */
-static inline double sg_sigmoid_f64(double x)
-{
-    const double e = exp(-fabs(x));
-    return x >= 0.0 ? 1.0/(1.0 + e) : e/(1.0 + e);
-}
-
-/* sigmoid(x) = 1/(1 + exp(-x)), branching on the sign so that exp never overflows */
-static inline float sg_sigmoid_f32(float x)
-{
-    const float e = expf(-fabsf(x));
-    return x >= 0.0F ? 1.0F/(1.0F + e) : e/(1.0F + e);
-}
-
-/* softplus(x) = log(1 + exp(x)) = max(x, 0) + log1p(exp(-|x|)), finite for every finite x */
-static inline double sg_softplus_f64(double x)
-{
-    return (x > 0.0 ? x : 0.0) + log1p(exp(-fabs(x)));
-}
-
-/* softplus(x) = log(1 + exp(x)) = max(x, 0) + log1p(exp(-|x|)), finite for every finite x */
-static inline float sg_softplus_f32(float x)
-{
-    return (x > 0.0F ? x : 0.0F) + log1pf(expf(-fabsf(x)));
-}
-
 /* cos(x) as cos(x + 0): otherwise gcc fuses sin(x) and cos(x) into sincos(), which has no vector version
    and stops the loop from vectorizing (x + 0 only turns -0 into +0, and cos is even) */
 static inline double sg_cos_f64(double x)
@@ -344,8 +318,9 @@ void softplus__value_and_vjp_f64(int64_t n,
 {
     SG_LOOP(200000)
     for (int64_t i = 0; i < n; ++i) {
-        out[i] = sg_softplus_f64(x[i]);  /* out = softplus(x) */
-        grad_x[i] = grad[i]*sg_sigmoid_f64(x[i]);  /* grad_x = d(out)/dx . grad */
+        const double t0 = exp(-fabs(x[i]));
+        out[i] = (x[i] > 0.0 ? x[i] : 0.0) + log1p(t0);  /* out = softplus(x) */
+        grad_x[i] = grad[i]*(x[i] >= 0.0 ? 1.0 : t0)/(1.0 + t0);  /* grad_x = d(out)/dx . grad */
     }
 }
 
@@ -354,7 +329,7 @@ void softplus__forward_f64(int64_t n, const double *restrict x, double *restrict
 {
     SG_LOOP(200000)
     for (int64_t i = 0; i < n; ++i) {
-        out[i] = sg_softplus_f64(x[i]);  /* out = softplus(x) */
+        out[i] = (x[i] > 0.0 ? x[i] : 0.0) + log1p(exp(-fabs(x[i])));  /* out = softplus(x) */
     }
 }
 
@@ -366,7 +341,8 @@ void softplus__vjp_f64(int64_t n,
 {
     SG_LOOP(200000)
     for (int64_t i = 0; i < n; ++i) {
-        grad_x[i] = grad[i]*sg_sigmoid_f64(x[i]);  /* grad_x = d(out)/dx . grad */
+        const double t0 = exp(-fabs(x[i]));
+        grad_x[i] = grad[i]*(x[i] >= 0.0 ? 1.0 : t0)/(1.0 + t0);  /* grad_x = d(out)/dx . grad */
     }
 }
 
@@ -379,8 +355,9 @@ void softplus__jvp_f64(int64_t n,
 {
     SG_LOOP(200000)
     for (int64_t i = 0; i < n; ++i) {
-        out[i] = sg_softplus_f64(x[i]);  /* out = softplus(x) */
-        jvp_out[i] = tangent_x[i]*sg_sigmoid_f64(x[i]);
+        const double t0 = exp(-fabs(x[i]));
+        out[i] = (x[i] > 0.0 ? x[i] : 0.0) + log1p(t0);  /* out = softplus(x) */
+        jvp_out[i] = tangent_x[i]*(x[i] >= 0.0 ? 1.0 : t0)/(1.0 + t0);
     }
 }
 
@@ -392,8 +369,9 @@ void softplus__value_and_jacobian_f64(int64_t n,
 {
     SG_LOOP(200000)
     for (int64_t i = 0; i < n; ++i) {
-        out[i] = sg_softplus_f64(x[i]);  /* out = softplus(x) */
-        jacobian[i] = sg_sigmoid_f64(x[i]);
+        const double t0 = exp(-fabs(x[i]));
+        out[i] = (x[i] > 0.0 ? x[i] : 0.0) + log1p(t0);  /* out = softplus(x) */
+        jacobian[i] = (x[i] >= 0.0 ? 1.0 : t0)/(1.0 + t0);
     }
 }
 
@@ -406,8 +384,9 @@ void softplus__value_and_vjp_f32(int64_t n,
 {
     SG_LOOP(200000)
     for (int64_t i = 0; i < n; ++i) {
-        out[i] = sg_softplus_f32(x[i]);  /* out = softplus(x) */
-        grad_x[i] = grad[i]*sg_sigmoid_f32(x[i]);  /* grad_x = d(out)/dx . grad */
+        const float t0 = expf(-fabsf(x[i]));
+        out[i] = (x[i] > 0.0F ? x[i] : 0.0F) + log1pf(t0);  /* out = softplus(x) */
+        grad_x[i] = grad[i]*(x[i] >= 0.0F ? 1.0F : t0)/(1.0F + t0);  /* grad_x = d(out)/dx . grad */
     }
 }
 
@@ -416,7 +395,7 @@ void softplus__forward_f32(int64_t n, const float *restrict x, float *restrict o
 {
     SG_LOOP(200000)
     for (int64_t i = 0; i < n; ++i) {
-        out[i] = sg_softplus_f32(x[i]);  /* out = softplus(x) */
+        out[i] = (x[i] > 0.0F ? x[i] : 0.0F) + log1pf(expf(-fabsf(x[i])));  /* out = softplus(x) */
     }
 }
 
@@ -425,7 +404,8 @@ void softplus__vjp_f32(int64_t n, const float *restrict x, const float *restrict
 {
     SG_LOOP(200000)
     for (int64_t i = 0; i < n; ++i) {
-        grad_x[i] = grad[i]*sg_sigmoid_f32(x[i]);  /* grad_x = d(out)/dx . grad */
+        const float t0 = expf(-fabsf(x[i]));
+        grad_x[i] = grad[i]*(x[i] >= 0.0F ? 1.0F : t0)/(1.0F + t0);  /* grad_x = d(out)/dx . grad */
     }
 }
 
@@ -438,8 +418,9 @@ void softplus__jvp_f32(int64_t n,
 {
     SG_LOOP(200000)
     for (int64_t i = 0; i < n; ++i) {
-        out[i] = sg_softplus_f32(x[i]);  /* out = softplus(x) */
-        jvp_out[i] = tangent_x[i]*sg_sigmoid_f32(x[i]);
+        const float t0 = expf(-fabsf(x[i]));
+        out[i] = (x[i] > 0.0F ? x[i] : 0.0F) + log1pf(t0);  /* out = softplus(x) */
+        jvp_out[i] = tangent_x[i]*(x[i] >= 0.0F ? 1.0F : t0)/(1.0F + t0);
     }
 }
 
@@ -451,8 +432,9 @@ void softplus__value_and_jacobian_f32(int64_t n,
 {
     SG_LOOP(200000)
     for (int64_t i = 0; i < n; ++i) {
-        out[i] = sg_softplus_f32(x[i]);  /* out = softplus(x) */
-        jacobian[i] = sg_sigmoid_f32(x[i]);
+        const float t0 = expf(-fabsf(x[i]));
+        out[i] = (x[i] > 0.0F ? x[i] : 0.0F) + log1pf(t0);  /* out = softplus(x) */
+        jacobian[i] = (x[i] >= 0.0F ? 1.0F : t0)/(1.0F + t0);
     }
 }
 

@@ -88,38 +88,42 @@ def neo_relu__value_and_jacobian(x):
 def softplus__value_and_vjp(x, grad):
     """value_and_vjp of softplus [model.py:21]."""
     with numpy.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
-        out = _sg.softplus(x)  # out = softplus(x)
-        grad_x = grad*_sg.sigmoid(x)  # grad_x = d(out)/dx . grad
+        t0 = numpy.exp(-numpy.abs(x))
+        out = numpy.where((x > 0), x, 0) + numpy.log1p(t0)  # out = softplus(x)
+        grad_x = grad*numpy.where((x >= 0), 1, t0)/(1 + t0)  # grad_x = d(out)/dx . grad
     return (out, grad_x,)
 
 
 def softplus__forward(x):
     """forward of softplus [model.py:21]."""
     with numpy.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
-        out = _sg.softplus(x)  # out = softplus(x)
+        out = numpy.where((x > 0), x, 0) + numpy.log1p(numpy.exp(-numpy.abs(x)))  # out = softplus(x)
     return (out,)
 
 
 def softplus__vjp(x, grad):
     """vjp of softplus [model.py:21]."""
     with numpy.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
-        grad_x = grad*_sg.sigmoid(x)  # grad_x = d(out)/dx . grad
+        t0 = numpy.exp(-numpy.abs(x))
+        grad_x = grad*numpy.where((x >= 0), 1, t0)/(1 + t0)  # grad_x = d(out)/dx . grad
     return (grad_x,)
 
 
 def softplus__jvp(x, tangent_x):
     """jvp of softplus [model.py:21]."""
     with numpy.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
-        out = _sg.softplus(x)  # out = softplus(x)
-        jvp_out = tangent_x*_sg.sigmoid(x)
+        t0 = numpy.exp(-numpy.abs(x))
+        out = numpy.where((x > 0), x, 0) + numpy.log1p(t0)  # out = softplus(x)
+        jvp_out = tangent_x*numpy.where((x >= 0), 1, t0)/(1 + t0)
     return (out, jvp_out,)
 
 
 def softplus__value_and_jacobian(x):
     """value_and_jacobian of softplus [model.py:21]."""
     with numpy.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
-        out = _sg.softplus(x)  # out = softplus(x)
-        jacobian_0_0 = _sg.sigmoid(x)
+        t0 = numpy.exp(-numpy.abs(x))
+        out = numpy.where((x > 0), x, 0) + numpy.log1p(t0)  # out = softplus(x)
+        jacobian_0_0 = numpy.where((x >= 0), 1, t0)/(1 + t0)
     return (out, _sg.pack((jacobian_0_0,), (1, 1)),)
 
 
