@@ -42,7 +42,7 @@ class _BareKernel:
     def forward(self, *args):
         return (self._forward(*args),)
 
-    def vjp(self, *args):
+    def vjp(self, *args, needs_input_grad=None):
         return self._vjp(*args)
 
 

@@ -122,11 +122,10 @@ class CompiledFunction:
         return self._loaded[name]
 
     def _kernel(self, program: str, dtype: np.dtype):
-        backend_name, kernels = self._kernel_set()
-        key = (backend_name, program, dtype)
+        key = (backends.chosen_name(), program, dtype)   # keyed by the chosen backend (the hot path)
         run = self._kernels.get(key)
         if run is None:
-            run = self._kernels[key] = kernels.program(self._ident, program, dtype)
+            run = self._kernels[key] = self._kernel_set()[1].program(self._ident, program, dtype)
         return run
 
     # -- argument handling ------------------------------------------------------------------------------
@@ -235,7 +234,10 @@ class CompiledFunction:
                 return apply_compiled(self, args)
         return self._package_outputs(self.forward(*args, out=out))
 
-    def _vjp_call(self, program: str, values: tuple, what: str, out: Any = None) -> tuple[tuple, tuple]:
+    def _vjp_call(self, program: str, values: tuple, what: str, out: Any = None,
+                  needed: tuple | None = None) -> tuple[tuple, tuple]:
+        """(outputs, gradients) of ``program``; ``needed``: a flag per argument, None for the gradients not
+        needed (the tape's constants), which are then not summed back to their argument's shape."""
         args, cots = self._split(values, what)
         arrays, dtype, batch = self._arrays(args + cots, self._vjp_shapes, self._vjp_names)
         if out is not None and not self._all_diff:
@@ -252,14 +254,15 @@ class CompiledFunction:
         results = self._kernel(program, dtype)(tuple(arrays), batch, buffers)
         n_out = self.n_outputs if program == "value_and_vjp" else 0
         grads = results[n_out:]
-        wrt = args if self._all_diff else [a for a, d in zip(args, self.arg_diff) if d]
-        for g, a in zip(grads, wrt):
-            if type(a) is not np.ndarray or g.shape != a.shape:   # broadcast (or a number): sum back
-                grads = tuple(sum_to_shape(g, np.shape(a)) for g, a in zip(grads, wrt))
-                break
         if not self._all_diff:
             it = iter(grads)
             grads = tuple(next(it) if d else None for d in self.arg_diff)
+        if needed is not None:
+            grads = tuple([g if n else None for g, n in zip(grads, needed)])
+        for g, a in zip(grads, args):
+            if g is not None and (type(a) is not np.ndarray or g.shape != a.shape):   # broadcast: sum back
+                grads = tuple([g if g is None else sum_to_shape(g, np.shape(a)) for g, a in zip(grads, args)])
+                break
         return results[:n_out], grads
 
     def _drop_nondiff(self, out: Any, n_out: int) -> Any:
@@ -274,10 +277,12 @@ class CompiledFunction:
                                     "its out= entry must be None (or leave it out)")
         return out[:n_out] + tuple(o for o, diff in zip(out[n_out:], self.arg_diff) if diff)
 
-    def vjp(self, *args_and_cotangents: Any, out: Any = None) -> tuple[np.ndarray, ...]:
+    def vjp(self, *args_and_cotangents: Any, out: Any = None,
+            needs_input_grad: tuple[bool, ...] | None = None) -> tuple[np.ndarray, ...]:
         """Gradients of every argument (each shaped like its argument; None for a ``nondiff`` one) given one
-        cotangent per output; ``out=``: one array per gradient (of the differentiable arguments)."""
-        return self._vjp_call("vjp", args_and_cotangents, "vjp", out)[1]
+        cotangent per output; ``out=``: one array per gradient (of the differentiable arguments);
+        ``needs_input_grad``: a flag per argument (as on a PyTorch ``ctx``), None in the place of the others."""
+        return self._vjp_call("vjp", args_and_cotangents, "vjp", out, needs_input_grad)[1]
 
     def value_and_vjp(self, *args_and_cotangents: Any, out: Any = None) -> tuple[Any, tuple[np.ndarray, ...]]:
         """(outputs, gradients) from one fused kernel that shares subexpressions between them; ``out=``:

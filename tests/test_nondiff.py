@@ -46,6 +46,20 @@ def test_vjp_gives_none_for_nondiff_and_the_same_other_gradients(backend, dtype)
     np.testing.assert_allclose(fused[0], want[0], **TOL[dtype])
 
 
+def test_needs_input_grad_leaves_out_the_unflagged_gradients(backend, dtype):
+    """Per call, what ``nondiff`` is per declaration (the tape passes which inputs are tracked tensors): None
+    in the place of an unflagged argument, which is then not summed back over its broadcast axes."""
+    p, w, target, cot = _inputs(dtype)
+    want = residual_all.vjp(p, w[:1], target, cot)            # w broadcast: its gradient is summed to (1,)
+    grads = residual_all.vjp(p, w[:1], target, cot, needs_input_grad=(True, False, True))
+    assert grads[1] is None and want[1].shape == (1,)
+    np.testing.assert_array_equal(grads[0], want[0])
+    np.testing.assert_array_equal(grads[2], want[2])
+    only_w = residual.vjp(p, w, target, cot, needs_input_grad=(False, True, False))
+    assert only_w[0] is None and only_w[2] is None
+    np.testing.assert_array_equal(only_w[1], residual.vjp(p, w, target, cot)[1])
+
+
 def test_jacobian_has_no_columns_for_nondiff(backend, dtype):
     p, w, target, _ = _inputs(dtype)
     value, J = residual.value_and_jacobian(p, w, target)

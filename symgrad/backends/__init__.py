@@ -116,6 +116,11 @@ def get_backend_name() -> str:
     return _chosen
 
 
+def chosen_name() -> str:
+    """``get_backend_name()`` without the first-use resolution once it is done (every kernel lookup asks)."""
+    return _chosen or get_backend_name()
+
+
 def backend(name: str) -> Backend:
     if name not in _INSTANCES:
         _ensure_registered()

@@ -109,20 +109,21 @@ def _elementwise_run(fn, from_buffer, ctype, dtype: np.dtype, n_outputs: int) ->
     ndarray, empty = np.ndarray, np.empty
 
     def run(inputs: tuple, batch: tuple, out: tuple | None = None) -> tuple:
-        args = []
         n = 1
         for d in batch:
             n *= d
+        args = [n]
         for a in inputs:
             if type(a) is not ndarray or a.dtype is not dtype or a.shape != batch or not _usable(a.flags):
                 a = _materialize(a, batch, dtype)
             args.append(from_buffer(ctype, a))
-        results = list(out) if out is not None else [empty(batch, dtype) for _ in range(n_outputs)]
+        if out is None:
+            out = (empty(batch, dtype),) if n_outputs == 1 else tuple([empty(batch, dtype) for _ in range(n_outputs)])
         if n:
-            for r in results:
+            for r in out:
                 args.append(from_buffer(ctype, r))
-            fn(n, *args)
-        return tuple(results)
+            fn(*args)
+        return out
 
     return run
 

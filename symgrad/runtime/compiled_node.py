@@ -1,9 +1,10 @@
 """``apply_compiled``: a compiled ``@sg.function`` call on tensors becomes one tape node.
 
-Forward runs ``fn.forward`` on the tensors' arrays; backward calls ``fn.vjp(*saved_inputs, *grads)``,
-whose gradients already come summed to each input's shape (None for a ``nondiff`` argument: a tensor passed
-there gets no gradient, as for a PyTorch Function whose backward returns None for it). The vjp kernel is first-order only: under
-``create_graph=True`` its results carry a node that refuses a second differentiation with a clear error.
+Forward runs ``fn.forward`` on the tensors' arrays; backward runs the vjp kernel of ``fn`` on the saved inputs
+and the gradients, and sums back to its input's shape only the gradients that a tracked input needs (None for
+a constant, and for a ``nondiff`` argument: a tensor passed there gets no gradient, as for a PyTorch Function
+whose backward returns None for it). The vjp kernel is first-order only: under ``create_graph=True`` its
+results carry a node that refuses a second differentiation with a clear error.
 """
 from __future__ import annotations
 
@@ -60,9 +61,10 @@ def apply_compiled(fn: Any, args: tuple) -> Tensor | tuple[Tensor, ...]:
 
 def _vjp_backward(node: Node, grads: list, graph: bool) -> tuple:
     fn = node.ctx
+    needed = tuple([inp is not None for inp in node.inputs])   # constants' gradients are not summed back
     if not graph:
-        return fn.vjp(*node.saved, *grads)
-    results = fn.vjp(*node.saved, *(g.data for g in grads))
+        return fn.vjp(*node.saved, *grads, needs_input_grad=needed)
+    results = fn.vjp(*node.saved, *(g.data for g in grads), needs_input_grad=needed)
     refuse = Node(_refuse_double_backward, (), None, fn, node.name + "Backward",
                   tuple(((), np.float64) if r is None else (np.shape(r), np.result_type(r)) for r in results))
     return tuple(None if inp is None or r is None else _result(r, refuse, i)
