@@ -213,9 +213,9 @@ class SymbolicFunction:
             self._compiled = compile_function(self)
         return self._compiled
 
-    def vjp(self, *args: Any, out: Any = None) -> tuple:
+    def vjp(self, *args: Any, out: Any = None, needs_input_grad: tuple[bool, ...] | None = None) -> tuple:
         """Input gradients given the arguments followed by one cotangent per output."""
-        return self.compiled().vjp(*args, out=out)
+        return self.compiled().vjp(*args, out=out, needs_input_grad=needs_input_grad)
 
     def value_and_vjp(self, *args: Any, out: Any = None) -> tuple:
         """(outputs, input gradients) in one fused call."""
