@@ -93,6 +93,11 @@ class CompiledFunction:
         self.formulas: dict[str, str] = entry["formulas"]
         self.op_counts: dict[str, int] = entry["op_counts"]
         self._elementwise = not any(self.arg_shapes) and not any(self.out_shapes) and not self._uniform
+        #: per-element scalar, one output, one or two differentiable arguments: a tape node or autograd
+        #: Function may run value_and_jacobian forward and save J (as large as the inputs) for backward
+        self.jacobian_saving: bool = (not any(self.arg_shapes) and not any(self.out_shapes) and self.n_outputs == 1
+                                      and len(self.arg_names) <= 2 and self._all_diff
+                                      and "value_and_jacobian" in entry["programs"])
         self._vjp_shapes = self.arg_shapes + self.out_shapes
         self._vjp_names = self.arg_names + tuple(
             f"grad of output {k}" if self.n_outputs > 1 else "grad_out" for k in range(self.n_outputs))

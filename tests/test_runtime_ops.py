@@ -8,8 +8,17 @@ from hypothesis import given, settings
 from hypothesis.extra.numpy import mutually_broadcastable_shapes
 
 import symgrad as sg
+from symgrad.runtime import compiled_node
 
 RNG = np.random.default_rng(1234)
+
+
+@pytest.fixture(params=["jacobian", "vjp"])
+def recording(request, monkeypatch):
+    """Both ways a compiled primitive records: saving J (small same-shape tensors) or the inputs."""
+    if request.param == "vjp":
+        monkeypatch.setattr(compiled_node, "JACOBIAN_MAX", 0)
+    return request.param
 
 
 def numeric_grad(f, arrays, index, weights, eps=1e-6):
@@ -60,7 +69,7 @@ BINARY = {
 
 @pytest.mark.parametrize("name", sorted(BINARY))
 @pytest.mark.parametrize("shapes", [((3,), (3,)), ((2, 3), (3,)), ((2, 1), (1, 3)), ((), (2, 2)), ((4, 1, 3), (2, 1))])
-def test_binary_ops_with_broadcasting(name, shapes):
+def test_binary_ops_with_broadcasting(name, shapes, recording):
     check_grad(BINARY[name], positive(*shapes[0]), positive(*shapes[1]))
 
 
@@ -68,8 +77,18 @@ def test_binary_ops_with_broadcasting(name, shapes):
     lambda x: 2.0 + x, lambda x: 2.0 - x, lambda x: 3.0 * x, lambda x: 2.0 / x, lambda x: 2.0 ** x,
     lambda x: x ** 3, lambda x: x ** 0.5, lambda x: -x, lambda x: abs(x - 1.25), lambda x: x - 1, lambda x: x / 4,
 ], ids=["radd", "rsub", "rmul", "rdiv", "rpow", "pow3", "pow_half", "neg", "abs", "sub_int", "div_int"])
-def test_operators_with_python_numbers(f):
+def test_operators_with_python_numbers(f, recording):
     check_grad(f, positive(2, 3))
+
+
+def test_small_nodes_save_the_jacobian_and_large_ones_the_inputs():
+    small = sg.tensor(np.linspace(0.5, 2, 8), requires_grad=True)
+    large = sg.tensor(np.linspace(0.5, 2, compiled_node.JACOBIAN_MAX + 1), requires_grad=True)
+    for x, backward in ((small, compiled_node._jacobian_backward), (large, compiled_node._vjp_backward)):
+        y = (x * 3.0).sin()
+        assert y.grad_fn.backward is backward
+        y.sum().backward()
+        np.testing.assert_allclose(x.grad.numpy(), 3 * np.cos(3 * x.detach().numpy()), rtol=1e-12)
 
 
 def test_repeated_python_numbers_keep_their_values(backend):
@@ -94,7 +113,7 @@ UNARY_DOMAIN = {
 
 
 @pytest.mark.parametrize("name", sorted(UNARY_DOMAIN))
-def test_unary_methods(name):
+def test_unary_methods(name, recording):
     check_grad(lambda x: getattr(x, name)(), UNARY_DOMAIN[name](3, 4))
 
 

@@ -172,9 +172,7 @@ class TorchFunction:
         n_args, n_out = len(fn.arg_names), fn.n_outputs
         self._n_args, self._n_out = n_args, n_out
         self._scalar_args = all(s == () for s in fn.arg_shapes)
-        # One output only: multi-output fused Jacobians are not trusted yet (xfail in tests/test_adbench.py).
-        self._jac_ok = (self._scalar_args and all(s == () for s in fn.out_shapes) and n_out == 1
-                        and n_args <= 2 and all(fn.arg_diff) and "value_and_jacobian" in fn._entry.get("programs", ()))
+        self._jac_ok = fn.jacobian_saving
         self.op = self.vjp_op = self.function = self.func_function = None
         if implementation in ("auto", "custom_op"):
             self.op, self.vjp_op, self.func_function = _make_custom_ops(op_name, fn.arg_names, fn.arg_shapes,

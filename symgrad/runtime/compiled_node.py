@@ -1,10 +1,16 @@
 """``apply_compiled``: a compiled ``@sg.function`` call on tensors becomes one tape node.
 
-Forward runs ``fn.forward`` on the tensors' arrays; backward runs the vjp kernel of ``fn`` on the saved inputs
-and the gradients, and sums back to its input's shape only the gradients that a tracked input needs (None for
-a constant, and for a ``nondiff`` argument: a tensor passed there gets no gradient, as for a PyTorch Function
-whose backward returns None for it). The vjp kernel is first-order only: under ``create_graph=True`` its
-results carry a node that refuses a second differentiation with a clear error.
+Two ways to record, with the same kernels:
+- per-element scalar functions with one output and one or two arguments (``fn.jacobian_saving``; the tape's
+  own primitives), called on same-shape arrays of at most ``JACOBIAN_MAX`` elements: the forward runs the
+  fused ``value_and_jacobian`` kernel and the node saves J; backward is ``grad * J``, with no second kernel
+  call (on small tensors the call costs more than the arithmetic), as in the PyTorch interop.
+- everything else: the forward kernel, and a node that saves the inputs; backward runs the vjp kernel and
+  sums back to its input's shape only the gradients that a tracked input needs (None for a constant, and for
+  a ``nondiff`` argument: a tensor passed there gets no gradient, as for a PyTorch Function whose backward
+  returns None for it).
+The kernels are first-order only: under ``create_graph=True`` the gradients carry a node that refuses a
+second differentiation with a clear error.
 """
 from __future__ import annotations
 
@@ -17,6 +23,8 @@ from .autograd import Node, mode
 from .tensor import Tensor, _result
 
 _names: dict[Any, str] = {}
+#: Largest input (elements) for which a node saves the local Jacobian instead of the inputs (see the docstring).
+JACOBIAN_MAX = 1 << 16
 
 
 def _node_name(fn: Any) -> str:
@@ -41,12 +49,18 @@ def apply_compiled(fn: Any, args: tuple) -> Tensor | tuple[Tensor, ...]:
         else:
             arrays.append(a)
         inputs.append(None)
+    record = need and mode.enabled
     try:
+        if record and fn.jacobian_saving and _small_same_shape(arrays):
+            out, jacobian = fn.value_and_jacobian(*arrays)     # J: batch + (1, n_args)
+            columns = tuple(None if inp is None else jacobian[..., 0, k] for k, inp in enumerate(inputs))
+            node = Node(_jacobian_backward, tuple(inputs), columns, fn, _node_name(fn), ((out.shape, out.dtype),))
+            return _result(out, node, 0)
         outs = fn.forward(*arrays)
     except (ArgumentError, ValueError):
         _check_broadcast(arrays)
         raise
-    if not (need and mode.enabled):
+    if not record:
         if fn.n_outputs == 1:
             return _result(outs[0])
         return tuple([_result(o) for o in outs])
@@ -59,13 +73,41 @@ def apply_compiled(fn: Any, args: tuple) -> Tensor | tuple[Tensor, ...]:
     return tuple([_result(o, node, i) for i, o in enumerate(outs)])
 
 
+def _small_same_shape(arrays: list) -> bool:
+    """Arrays of one shape (and Python numbers), at most ``JACOBIAN_MAX`` elements: J is then no larger than
+    the arrays, and small enough that keeping it costs less than a second kernel call saves."""
+    shape = None
+    for a in arrays:
+        if type(a) is np.ndarray:
+            if shape is None:
+                shape = a.shape
+                if a.size > JACOBIAN_MAX:
+                    return False
+            elif a.shape != shape:
+                return False
+        elif type(a) is not float and type(a) is not int:
+            return False
+    return shape is not None
+
+
+def _jacobian_backward(node: Node, grads: list, graph: bool) -> tuple:
+    g = grads[0].data if graph else grads[0]
+    return _first_order(node, tuple([None if c is None else g * c for c in node.saved]), graph)
+
+
 def _vjp_backward(node: Node, grads: list, graph: bool) -> tuple:
     fn = node.ctx
     needed = tuple([inp is not None for inp in node.inputs])   # constants' gradients are not summed back
     if not graph:
         return fn.vjp(*node.saved, *grads, needs_input_grad=needed)
-    results = fn.vjp(*node.saved, *(g.data for g in grads), needs_input_grad=needed)
-    refuse = Node(_refuse_double_backward, (), None, fn, node.name + "Backward",
+    return _first_order(node, fn.vjp(*node.saved, *(g.data for g in grads), needs_input_grad=needed), graph)
+
+
+def _first_order(node: Node, results: tuple, graph: bool) -> tuple:
+    """Under ``create_graph=True`` the gradients carry a node that refuses a second differentiation."""
+    if not graph:
+        return results
+    refuse = Node(_refuse_double_backward, (), None, node.ctx, node.name + "Backward",
                   tuple(((), np.float64) if r is None else (np.shape(r), np.result_type(r)) for r in results))
     return tuple(None if inp is None or r is None else _result(r, refuse, i)
                  for i, (inp, r) in enumerate(zip(node.inputs, results)))
