@@ -42,8 +42,8 @@ def _kept_shape(shape: tuple, axis: Any) -> tuple:
 
 # -- reshaping -----------------------------------------------------------------------------------------
 def reshape(x: Any, shape: tuple) -> Any:
-    if not isinstance(x, Tensor):
-        return np.reshape(x, shape)
+    if not isinstance(x, Tensor):     # the method: np.reshape's dispatch costs more than the reshape itself
+        return x.reshape(shape) if type(x) is np.ndarray else np.reshape(x, shape)
     out = x.data.reshape(shape)
     if _tracked(x) is None:
         return _result(out)
@@ -56,7 +56,7 @@ def _reshape_backward(node: Node, grads: list, graph: bool) -> tuple:
 
 def permute(x: Any, perm: tuple) -> Any:
     if not isinstance(x, Tensor):
-        return np.transpose(x, perm)
+        return x.transpose(perm) if type(x) is np.ndarray else np.transpose(x, perm)
     out = x.data.transpose(perm)
     if _tracked(x) is None:
         return _result(out)
@@ -100,8 +100,8 @@ def sum_to_shape(g: Any, shape: tuple) -> Any:
 # -- reductions ----------------------------------------------------------------------------------------
 def reduce_sum(x: Any, axis: Any = None, keepdims: bool = False) -> Any:
     if not isinstance(x, Tensor):
-        return np.sum(x, axis=axis, keepdims=keepdims)
-    out = np.sum(x.data, axis=axis, keepdims=keepdims)
+        return x.sum(axis=axis, keepdims=keepdims) if type(x) is np.ndarray else np.sum(x, axis=axis, keepdims=keepdims)
+    out = x.data.sum(axis=axis, keepdims=keepdims)
     if _tracked(x) is None:
         return _result(out)
     return _record(out, _sum_backward, (x,), None, (x.data.shape, axis, keepdims), "SumBackward")
