@@ -129,7 +129,7 @@ def symgrad_mlp(params: list[np.ndarray]) -> Callable[[np.ndarray, np.ndarray], 
 
     def step(x, y):
         opt.zero_grad()
-        sg.nn.functional.cross_entropy(model(sg.tensor(x)), y).backward()
+        sg.nn.functional.cross_entropy(model(sg.from_numpy(x)), y).backward()
         opt.step()
     return step
 

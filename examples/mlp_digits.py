@@ -70,7 +70,7 @@ def progress(epoch: int, epochs: int, done: int, total: int, loss: float) -> Non
 
 def accuracy(model: sg.nn.Module, x: np.ndarray, y: np.ndarray) -> float:
     with sg.no_grad():
-        return float((model(sg.tensor(x)).data.argmax(axis=1) == y).mean())
+        return float((model(sg.from_numpy(x)).data.argmax(axis=1) == y).mean())
 
 
 def main(argv: list[str] | None = None) -> float:
@@ -102,7 +102,7 @@ def main(argv: list[str] | None = None) -> float:
         for done, i in enumerate(range(0, n, args.batch_size), 1):
             batch = order[i:i + args.batch_size]
             optimizer.zero_grad()
-            loss = sg.nn.functional.cross_entropy(model(sg.tensor(x_train[batch])), y_train[batch])
+            loss = sg.nn.functional.cross_entropy(model(sg.from_numpy(x_train[batch])), y_train[batch])
             loss.backward()
             optimizer.step()
             total += loss.item() * len(batch)

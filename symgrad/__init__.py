@@ -35,7 +35,7 @@ _LAZY: dict[str, str] = {
     "function": "frontend", "Vector": "frontend", "Matrix": "frontend", "SymbolicFunction": "frontend",
     "compile": "jit", "CompiledFunction": "compiled", "load_package": "compiled",
 }
-_RUNTIME = ("Tensor", "tensor", "no_grad", "enable_grad", "is_grad_enabled", "grad", "Function")
+_RUNTIME = ("Tensor", "tensor", "from_numpy", "as_tensor", "no_grad", "enable_grad", "is_grad_enabled", "grad", "Function")
 _SUBMODULES = ("nn", "optim")
 
 

@@ -183,6 +183,20 @@ def test_composite_expression():
 
 
 # -- dtypes ----------------------------------------------------------------------------------------------
+def test_from_numpy_and_as_tensor_share_memory():
+    a = np.arange(3.0)
+    t = sg.from_numpy(a)
+    a[0] = 5.0
+    assert t.data is a and t.is_leaf and not t.requires_grad and t.numpy()[0] == 5.0
+    assert sg.as_tensor(a).data is a and sg.as_tensor(t) is t
+    c = sg.as_tensor(a, dtype=np.float32)
+    assert c.dtype == np.float32 and not np.shares_memory(c.data, a)
+    assert sg.as_tensor([1.0, 2.0]).dtype == np.float32       # Python floats: torch's default dtype
+    assert sg.tensor(a).data is not a                         # tensor() copies, as torch.tensor does
+    with pytest.raises(TypeError, match="expected np.ndarray"):
+        sg.from_numpy([1.0])
+
+
 def test_default_dtypes_follow_torch():
     assert sg.tensor([1.0, 2.0]).dtype == np.float32
     assert sg.tensor(np.array([1.0, 2.0])).dtype == np.float64

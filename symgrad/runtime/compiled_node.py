@@ -98,9 +98,8 @@ def _jacobian_backward(node: Node, grads: list, graph: bool) -> tuple:
 def _vjp_backward(node: Node, grads: list, graph: bool) -> tuple:
     fn = node.ctx
     needed = tuple([inp is not None for inp in node.inputs])   # constants' gradients are not summed back
-    if not graph:
-        return fn.vjp(*node.saved, *grads, needs_input_grad=needed)
-    return _first_order(node, fn.vjp(*node.saved, *(g.data for g in grads), needs_input_grad=needed), graph)
+    arrays = [g.data for g in grads] if graph else grads
+    return _first_order(node, fn.vjp(*node.saved, *arrays, needs_input_grad=needed), graph)
 
 
 def _first_order(node: Node, results: tuple, graph: bool) -> tuple:

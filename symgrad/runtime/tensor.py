@@ -283,5 +283,20 @@ def tensor(data: Any, requires_grad: bool = False, dtype: Any = None) -> Tensor:
     return t
 
 
+def from_numpy(array: np.ndarray) -> Tensor:
+    """A leaf tensor sharing ``array``'s memory (``torch.from_numpy``): a write to either shows in the other."""
+    if not isinstance(array, np.ndarray):
+        raise TypeError(f"expected np.ndarray (got {type(array).__name__})")
+    return _result(array)
+
+
+def as_tensor(data: Any, dtype: Any = None) -> Tensor:
+    """``data`` as a tensor, sharing memory when it already is an array (or tensor) of ``dtype``
+    (``torch.as_tensor``); otherwise a converted copy, with ``tensor``'s dtype rules."""
+    if isinstance(data, Tensor):
+        return data if dtype is None or data.dtype == dtype else _result(data.data.astype(dtype))
+    return _result(_as_array(data, dtype))
+
+
 from . import shape_ops as _so  # noqa: E402  (these modules build Tensors)
 from .elementwise import call as _ew  # noqa: E402
