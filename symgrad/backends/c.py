@@ -80,8 +80,8 @@ def _make_run(fn, ffi, dtype: np.dtype, in_shapes: list[tuple], out_shapes: list
     ndarray, empty = np.ndarray, np.empty
     ins = tuple(in_shapes)
     outs = tuple(out_shapes)
-    if all(s == () for s in ins) and not any(outs):
-        return _elementwise_run(fn, from_buffer, ctype, dtype, len(outs))
+    if all(s == () for s in ins):
+        return _elementwise_run(fn, from_buffer, ctype, dtype, outs)
 
     def run(inputs: tuple, batch: tuple, out: tuple | None = None) -> tuple:
         args = [prod(batch)]
@@ -104,9 +104,11 @@ def _make_run(fn, ffi, dtype: np.dtype, in_shapes: list[tuple], out_shapes: list
     return run
 
 
-def _elementwise_run(fn, from_buffer, ctype, dtype: np.dtype, n_outputs: int) -> Run:
-    """``run`` for scalar-per-element kernels (the tape's primitives): the same contract, fewer steps."""
+def _elementwise_run(fn, from_buffer, ctype, dtype: np.dtype, out_shapes: tuple) -> Run:
+    """``run`` for kernels whose inputs are scalars per element (the tape's primitives, and their
+    value_and_jacobian): the same contract, fewer steps."""
     ndarray, empty = np.ndarray, np.empty
+    single = len(out_shapes) == 1 and out_shapes[0] == ()
 
     def run(inputs: tuple, batch: tuple, out: tuple | None = None) -> tuple:
         n = 1
@@ -118,7 +120,7 @@ def _elementwise_run(fn, from_buffer, ctype, dtype: np.dtype, n_outputs: int) ->
                 a = _materialize(a, batch, dtype)
             args.append(from_buffer(ctype, a))
         if out is None:
-            out = (empty(batch, dtype),) if n_outputs == 1 else tuple([empty(batch, dtype) for _ in range(n_outputs)])
+            out = (empty(batch, dtype),) if single else tuple([empty(batch + tail, dtype) for tail in out_shapes])
         if n:
             for r in out:
                 args.append(from_buffer(ctype, r))
