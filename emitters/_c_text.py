@@ -38,35 +38,11 @@ LIBMVEC_TIER = {"exp": 1, "log": 1, "sin": 1, "cos": 1, "pow": 1,
                                   "acosh", "atanh", "erf", "erfc", "log1p", "expm1")}}
 _ARITY = {"atan2": 2, "pow": 2}
 
-#: The stable primitives, as helper templates: (libm functions they call, C text).
-#: {T} type, {S} dtype suffix, {f} libm suffix, {one}/{zero}/{half}/{ln2} typed literals.
+#: The primitives printed as calls, as helper templates: (libm functions they call, C text). The exp(-|u|)
+#: family (sigmoid, softplus, logsigmoid, logaddexp) never reaches a printer: the lowering writes it out
+#: (``symgrad.primitives.expand_shared_cores``). {T} type, {S} dtype suffix, {f} libm suffix,
+#: {one}/{zero}/{half} typed literals.
 HELPERS = {
-    "sigmoid": (("exp",), """\
-/* sigmoid(x) = 1/(1 + exp(-x)), branching on the sign so that exp never overflows */
-static inline {T} sg_sigmoid_{S}({T} x)
-{{
-    const {T} e = exp{f}(-fabs{f}(x));
-    return x >= {zero} ? {one}/({one} + e) : e/({one} + e);
-}}"""),
-    "softplus": (("exp", "log1p"), """\
-/* softplus(x) = log(1 + exp(x)) = max(x, 0) + log1p(exp(-|x|)), finite for every finite x */
-static inline {T} sg_softplus_{S}({T} x)
-{{
-    return (x > {zero} ? x : {zero}) + log1p{f}(exp{f}(-fabs{f}(x)));
-}}"""),
-    "logsigmoid": (("exp", "log1p"), """\
-/* logsigmoid(x) = -softplus(-x) = min(x, 0) - log1p(exp(-|x|)) */
-static inline {T} sg_logsigmoid_{S}({T} x)
-{{
-    return (x < {zero} ? x : {zero}) - log1p{f}(exp{f}(-fabs{f}(x)));
-}}"""),
-    "logaddexp": (("exp", "log1p"), """\
-/* logaddexp(a, b) = log(exp(a) + exp(b)) = max(a, b) + log1p(exp(-|a - b|)); exact for equal infinities */
-static inline {T} sg_logaddexp_{S}({T} a, {T} b)
-{{
-    const {T} m = a > b ? a : b;
-    return a == b ? a + {ln2} : m + log1p{f}(exp{f}(-fabs{f}(a - b)));
-}}"""),
     "xlogy": (("log",), """\
 /* xlogy(x, y) = x*log(y), and 0 where x == 0 */
 static inline {T} sg_xlogy_{S}({T} x, {T} y)
@@ -168,6 +144,5 @@ def vector_math_declarations(used: set[str]) -> str:
 
 
 def helper(name: str, dtype: DType) -> str:
-    lit = {k: literal(v, dtype) for k, v in (("one", 1.0), ("zero", 0.0), ("half", 0.5),
-                                              ("ln2", 0.6931471805599453))}
+    lit = {k: literal(v, dtype) for k, v in (("one", 1.0), ("zero", 0.0), ("half", 0.5))}
     return HELPERS[name][1].format(T=dtype.ctype, S=dtype.suffix, f=dtype.libm, **lit)

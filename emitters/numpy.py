@@ -18,7 +18,7 @@ from symgrad.ir import Kernel, Program, Slot
 
 from . import ExpressionPrinter, ModelInfo, one_line, register
 
-HELPERS = "_sg"   # symgrad.npfuncs: stable primitives and erf for arrays
+HELPERS = "_sg"   # symgrad.npfuncs: xlogy, erf and packing for arrays
 
 
 def _strong_constant(expr) -> bool:
@@ -135,13 +135,10 @@ class SymgradNumPyPrinter(ExpressionPrinter, TermOrder, NumPyPrinter):
     def _print_minimum(self, expr):
         return f"numpy.minimum({self._print(expr.args[0])}, {self._print(expr.args[1])})"
 
-    def _print_logaddexp(self, expr):
-        return f"numpy.logaddexp({self._print(expr.args[0])}, {self._print(expr.args[1])})"
-
     def _helper(self, expr):
         return f"{HELPERS}.{type(expr).__name__}({', '.join(self._print(a) for a in expr.args)})"
 
-    _print_sigmoid = _print_softplus = _print_logsigmoid = _print_xlogy = _helper
+    _print_xlogy = _helper
     _print_erf = _print_erfc = _helper
 
 

@@ -1,4 +1,5 @@
-"""Array helpers that generated NumPy code calls: the stable forms of symgrad's primitives, erf, packing.
+"""Array helpers that generated NumPy code calls: xlogy, erf, packing (the exp(-|u|) primitives are written
+out by the lowering, see ``symgrad.primitives.expand_shared_cores``).
 
 Every function keeps its input's float dtype (float32 stays float32).
 """
@@ -12,22 +13,6 @@ try:  # SciPy's erf is a true ufunc; without SciPy, math.erf per element (exact,
     from scipy.special import erf as _erf, erfc as _erfc
 except ImportError:  # pragma: no cover - exercised on machines without SciPy
     _erf = _erfc = None
-
-
-def sigmoid(x):
-    """1/(1 + exp(-x)) branching on the sign so that exp never overflows."""
-    e = numpy.exp(-numpy.abs(x))
-    return numpy.where(x >= 0, 1 / (1 + e), e / (1 + e))
-
-
-def softplus(x):
-    """log(1 + exp(x)) = max(x, 0) + log1p(exp(-|x|))."""
-    return numpy.maximum(x, 0) + numpy.log1p(numpy.exp(-numpy.abs(x)))
-
-
-def logsigmoid(x):
-    """log(sigmoid(x)) = min(x, 0) - log1p(exp(-|x|))."""
-    return numpy.minimum(x, 0) - numpy.log1p(numpy.exp(-numpy.abs(x)))
 
 
 def xlogy(x, y):

@@ -3,7 +3,7 @@
 Each class is a ``sympy.Function`` with ``fdiff`` (the derivative rule) and a rewrite to elementary functions
 (used by ``evalf`` and by tests). The derivation never expands them, so ``d softplus = sigmoid`` stays
 overflow-free; afterwards the lowering writes those of the exp(-|u|) family out in their stable forms
-(``expand_shared_cores``), and emitters print the others (and any primitive left in an IR) in theirs.
+(``expand_shared_cores``), and emitters print the others (xlogy, maximum, minimum, log1p, expm1) in theirs.
 """
 from __future__ import annotations
 
