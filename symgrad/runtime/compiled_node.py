@@ -2,7 +2,7 @@
 
 Two ways to record, with the same kernels:
 - per-element scalar functions with one output and one or two arguments (``fn.jacobian_saving``; the tape's
-  own primitives), called on same-shape arrays of at most ``JACOBIAN_MAX`` elements: the forward runs the
+  own primitives), called on same-shape arrays of one dtype, at most ``JACOBIAN_MAX`` elements: the forward runs the
   fused ``value_and_jacobian`` kernel and the node saves J; backward is ``grad * J``, with no second kernel
   call (on small tensors the call costs more than the arithmetic), as in the PyTorch interop.
 - everything else: the forward kernel, and a node that saves the inputs; backward runs the vjp kernel and
@@ -14,10 +14,12 @@ second differentiation with a clear error.
 """
 from __future__ import annotations
 
+from math import prod
 from typing import Any
 
 import numpy as np
 
+from ..compiled import _same_shape_floats
 from ..errors import ArgumentError
 from .autograd import Node, mode
 from .tensor import Tensor, _result
@@ -74,20 +76,10 @@ def apply_compiled(fn: Any, args: tuple) -> Tensor | tuple[Tensor, ...]:
 
 
 def _small_same_shape(arrays: list) -> bool:
-    """Arrays of one shape (and Python numbers), at most ``JACOBIAN_MAX`` elements: J is then no larger than
-    the arrays, and small enough that keeping it costs less than a second kernel call saves."""
-    shape = None
-    for a in arrays:
-        if type(a) is np.ndarray:
-            if shape is None:
-                shape = a.shape
-                if a.size > JACOBIAN_MAX:
-                    return False
-            elif a.shape != shape:
-                return False
-        elif type(a) is not float and type(a) is not int:
-            return False
-    return shape is not None
+    """Float arrays of one shape and dtype (and Python numbers), at most ``JACOBIAN_MAX`` elements: J is then
+    no larger than the arrays, and small enough that keeping it costs less than a second kernel call saves."""
+    same = _same_shape_floats(arrays)
+    return same is not None and prod(same[2]) <= JACOBIAN_MAX
 
 
 def _jacobian_backward(node: Node, grads: list, graph: bool) -> tuple:
