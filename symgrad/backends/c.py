@@ -1,8 +1,8 @@
 """The C backend: builds a package's ``kernels.c`` with cffi (cached, see ``symgrad.build_c``) and runs it.
 
 ``run(inputs, batch_shape)`` materializes each input as a contiguous, aligned array of exactly
-``batch_shape + slot.shape`` (no copy when it already is one), allocates the results with ``np.empty``
-and calls the kernel once; cffi releases the GIL for the call. ``ffi.from_buffer`` ignores dtypes, so the
+``batch_shape + slot.shape`` (no copy when it already is one), allocates the results (large ones from
+``pool``, which saves their page faults) and calls the kernel once; cffi releases the GIL for the call. ``ffi.from_buffer`` ignores dtypes, so the
 dtype and shape are checked here before any pointer is taken.
 
 Threads: loops above a size threshold (see ``emitters/c.py``) run on every OpenMP thread; ``set_num_threads``
@@ -19,7 +19,7 @@ from math import copysign, prod
 import numpy as np
 
 from .. import build_c
-from . import BackendUnavailable, Package, Run, register_backend
+from . import BackendUnavailable, Package, Run, pool, register_backend
 
 _SUFFIX = {np.dtype(np.float64): "f64", np.dtype(np.float32): "f32"}
 _loaded: list = []       # cffi modules loaded in this process (for set_num_threads)
@@ -77,7 +77,7 @@ class CKernels:
 def _make_run(fn, ffi, dtype: np.dtype, in_shapes: list[tuple], out_shapes: list[tuple]) -> Run:
     ctype = ffi.typeof(f"{build_c.C_TYPES[_SUFFIX[dtype]]}[]")
     from_buffer = ffi.from_buffer
-    ndarray, empty = np.ndarray, np.empty
+    ndarray, empty = np.ndarray, pool.empty
     ins = tuple(in_shapes)
     outs = tuple(out_shapes)
     if all(s == () for s in ins):
@@ -107,8 +107,9 @@ def _make_run(fn, ffi, dtype: np.dtype, in_shapes: list[tuple], out_shapes: list
 def _elementwise_run(fn, from_buffer, ctype, dtype: np.dtype, out_shapes: tuple) -> Run:
     """``run`` for kernels whose inputs are scalars per element (the tape's primitives, and their
     value_and_jacobian): the same contract, fewer steps."""
-    ndarray, empty = np.ndarray, np.empty
+    ndarray, empty, pooled = np.ndarray, np.empty, pool.empty
     single = len(out_shapes) == 1 and out_shapes[0] == ()
+    small = pool.POOL_MIN // dtype.itemsize          # fewer elements: plain np.empty, without the call
 
     def run(inputs: tuple, batch: tuple, out: tuple | None = None) -> tuple:
         n = 1
@@ -120,7 +121,10 @@ def _elementwise_run(fn, from_buffer, ctype, dtype: np.dtype, out_shapes: tuple)
                 a = _materialize(a, batch, dtype)
             args.append(from_buffer(ctype, a))
         if out is None:
-            out = (empty(batch, dtype),) if single else tuple([empty(batch + tail, dtype) for tail in out_shapes])
+            if single:
+                out = (empty(batch, dtype) if n < small else pooled(batch, dtype),)
+            else:
+                out = tuple([pooled(batch + tail, dtype) for tail in out_shapes])
         if n:
             for r in out:
                 args.append(from_buffer(ctype, r))
