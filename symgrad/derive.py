@@ -237,6 +237,10 @@ def prune(assigns: Assignments, results: set[Symbol]) -> Assignments:
     return kept[::-1]
 
 
+#: exponents whose power prints its base once (x, 1/x, sqrt(x), 1/sqrt(x))
+_ONCE = frozenset({sympy.S.One, sympy.S.Half})
+
+
 def inline_single_use(assigns: Assignments, keep: set[Symbol]) -> Assignments:
     """Substitute temporaries used exactly once (and atoms) into their user, for readable programs."""
     uses: dict[Symbol, int] = defaultdict(int)
@@ -244,6 +248,8 @@ def inline_single_use(assigns: Assignments, keep: set[Symbol]) -> Assignments:
         for node in sympy.preorder_traversal(expr):
             if isinstance(node, Symbol):
                 uses[node] += 1
+            elif node.is_Pow and isinstance(node.base, Symbol) and abs(node.exp) not in _ONCE:
+                uses[node.base] += 1     # printed as a product (t*t) or pow(t, n): never inline a call there
     subs: dict[Symbol, sympy.Expr] = {}
     out: Assignments = []
     for sym, expr in assigns:

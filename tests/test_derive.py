@@ -57,3 +57,17 @@ def test_adjoint_guard_only_where_needed():
     grads = guarded.vjp(np.array([-1.0, 0.0, 4.0]), np.ones(3))[0]
     assert np.isfinite(grads[:2]).all() and (grads[:2] == 0).all()
     np.testing.assert_allclose(grads[2], (np.cos(2.0) - np.sin(2.0)) / 4.0)
+
+
+def test_a_squared_call_is_computed_once():
+    @sg.function
+    def squashed(x):
+        return sg.tanh(x) + sg.sin(x)**3 / 3
+
+    for target in ("numpy", "c"):         # the printers write t**2 as t*t: a call there must be a temporary
+        for program in squashed.compiled().source(target).split("\n\n"):
+            code = "\n".join(line.split("#")[0].split("/*")[0] for line in program.splitlines()[1:])
+            if "grad_x" in code:                # tanh' = 1 - tanh^2 and (sin^3)' = 3 sin^2 cos: each call once
+                assert code.count("tanh") == 1 and code.count("sin") == 1, code
+    np.testing.assert_allclose(squashed.vjp(np.array([0.5]), np.ones(1))[0],
+                               1 - np.tanh(0.5)**2 + np.sin(0.5)**2 * np.cos(0.5), rtol=1e-12)
