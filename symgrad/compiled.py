@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numbers
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -46,7 +46,7 @@ def sum_to_shape(g: np.ndarray, shape: tuple) -> np.ndarray:
     return g.reshape(shape)
 
 
-def _same_shape_floats(values: tuple) -> tuple[list, np.dtype, tuple] | None:
+def _same_shape_floats(values: Sequence) -> tuple[Sequence, np.dtype, tuple] | None:
     """(values, dtype, shape) when every value is a float32/float64 array of one dtype and shape or a Python
     number (the kernels take numbers as they are), else None. The runtime's hot path: no allocation."""
     first = None
@@ -66,7 +66,7 @@ def _same_shape_floats(values: tuple) -> tuple[list, np.dtype, tuple] | None:
                 return None
         elif t is not float and t is not int:
             return None
-    return list(values), dtype, shape
+    return values, dtype, shape
 
 
 class CompiledFunction:
@@ -324,6 +324,21 @@ class CompiledFunction:
         buffers = self._out(out, "value_and_jacobian", dtype, batch, arrays)
         results = self._kernel("value_and_jacobian", dtype)(tuple(arrays), batch, buffers)
         return self._package_outputs(results[:-1]), results[-1]
+
+    def _small_value_and_jacobian(self, arrays: list, limit: int) -> tuple | None:
+        """(out, J) from the fused kernel when ``arrays`` are this function's arguments as same-shape float
+        arrays (or numbers) of at most ``limit`` elements, else None: the tape's hot path (``jacobian_saving``
+        functions), without the public entry's layers."""
+        same = _same_shape_floats(arrays)
+        if same is None or len(arrays) != len(self.arg_names):
+            return None
+        shape = same[2]
+        n = 1
+        for d in shape:
+            n *= d
+        if n > limit:
+            return None
+        return self._kernel("value_and_jacobian", same[1])(arrays, shape)
 
     def jacobian(self, *args: Any) -> np.ndarray:
         """The dense per-row Jacobian blocks; see ``value_and_jacobian`` for the layout."""

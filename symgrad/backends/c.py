@@ -109,7 +109,8 @@ def _elementwise_run(fn, from_buffer, ctype, dtype: np.dtype, out_shapes: tuple)
     value_and_jacobian): the same contract, fewer steps."""
     ndarray, empty, pooled = np.ndarray, np.empty, pool.empty
     single = len(out_shapes) == 1 and out_shapes[0] == ()
-    small = pool.POOL_MIN // dtype.itemsize          # fewer elements: plain np.empty, without the call
+    # batches of fewer elements than this get plain np.empty results, without the pool's call
+    small = pool.POOL_MIN // dtype.itemsize // max(prod(t) for t in out_shapes)
 
     def run(inputs: tuple, batch: tuple, out: tuple | None = None) -> tuple:
         n = 1
@@ -124,7 +125,8 @@ def _elementwise_run(fn, from_buffer, ctype, dtype: np.dtype, out_shapes: tuple)
             if single:
                 out = (empty(batch, dtype) if n < small else pooled(batch, dtype),)
             else:
-                out = tuple([pooled(batch + tail, dtype) for tail in out_shapes])
+                make = empty if n < small else pooled
+                out = tuple([make(batch + tail, dtype) for tail in out_shapes])
         if n:
             for r in out:
                 args.append(from_buffer(ctype, r))

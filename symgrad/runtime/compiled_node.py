@@ -14,12 +14,10 @@ second differentiation with a clear error.
 """
 from __future__ import annotations
 
-from math import prod
 from typing import Any
 
 import numpy as np
 
-from ..compiled import _same_shape_floats
 from ..errors import ArgumentError
 from .autograd import Node, mode
 from .tensor import Tensor, _result
@@ -53,11 +51,16 @@ def apply_compiled(fn: Any, args: tuple) -> Tensor | tuple[Tensor, ...]:
         inputs.append(None)
     record = need and mode.enabled
     try:
-        if record and fn.jacobian_saving and _small_same_shape(arrays):
-            out, jacobian = fn.value_and_jacobian(*arrays)     # J: batch + (1, n_args)
-            columns = tuple(None if inp is None else jacobian[..., 0, k] for k, inp in enumerate(inputs))
-            node = Node(_jacobian_backward, tuple(inputs), columns, fn, _node_name(fn), ((out.shape, out.dtype),))
-            return _result(out, node, 0)
+        if record and fn.jacobian_saving:
+            small = fn._small_value_and_jacobian(arrays, JACOBIAN_MAX)
+            if small is not None:
+                out, jacobian = small                          # J: batch + (1, n_args), n_args <= 2
+                columns = (None if inputs[0] is None else jacobian[..., 0, 0],)
+                if len(inputs) == 2:
+                    columns += (None if inputs[1] is None else jacobian[..., 0, 1],)
+                node = Node(_jacobian_backward, tuple(inputs), columns, fn, _node_name(fn),
+                            ((out.shape, out.dtype),))
+                return _result(out, node, 0)
         outs = fn.forward(*arrays)
     except (ArgumentError, ValueError):
         _check_broadcast(arrays)
@@ -73,13 +76,6 @@ def apply_compiled(fn: Any, args: tuple) -> Tensor | tuple[Tensor, ...]:
     node = Node(_vjp_backward, tuple(inputs), tuple(arrays), fn, _node_name(fn),
                 tuple([(o.shape, o.dtype) for o in outs]))
     return tuple([_result(o, node, i) for i, o in enumerate(outs)])
-
-
-def _small_same_shape(arrays: list) -> bool:
-    """Float arrays of one shape and dtype (and Python numbers), at most ``JACOBIAN_MAX`` elements: J is then
-    no larger than the arrays, and small enough that keeping it costs less than a second kernel call saves."""
-    same = _same_shape_floats(arrays)
-    return same is not None and prod(same[2]) <= JACOBIAN_MAX
 
 
 def _jacobian_backward(node: Node, grads: list, graph: bool) -> tuple:
