@@ -6,6 +6,7 @@ calls the active backend's kernel and sums gradients of broadcast arguments back
 """
 from __future__ import annotations
 
+import math
 import numbers
 from pathlib import Path
 from typing import Any, Sequence
@@ -325,10 +326,12 @@ class CompiledFunction:
         results = self._kernel("value_and_jacobian", dtype)(tuple(arrays), batch, buffers)
         return self._package_outputs(results[:-1]), results[-1]
 
-    def _small_value_and_jacobian(self, arrays: list, limit: int) -> tuple | None:
-        """(out, J) from the fused kernel when ``arrays`` are this function's arguments as same-shape float
-        arrays (or numbers) of at most ``limit`` elements, else None: the tape's hot path (``jacobian_saving``
-        functions), without the public entry's layers."""
+    def _run_same_shape(self, program: str, arrays: Sequence, limit: float = math.inf,
+                        out: tuple | None = None) -> tuple | None:
+        """The results of ``program`` when ``arrays`` are this function's arguments as same-shape float arrays
+        of one dtype (or numbers) of at most ``limit`` elements, else None: symgrad's own hot paths (the
+        tape's primitives, the optimizers, the PyTorch op), without the public entries' layers; ``out`` is
+        the caller's responsibility (fresh, C-contiguous, exactly shaped, overlapping nothing)."""
         same = _same_shape_floats(arrays)
         if same is None or len(arrays) != len(self.arg_names):
             return None
@@ -338,7 +341,7 @@ class CompiledFunction:
             n *= d
         if n > limit:
             return None
-        return self._kernel("value_and_jacobian", same[1])(arrays, shape)
+        return self._kernel(program, same[1])(arrays, shape, out)
 
     def jacobian(self, *args: Any) -> np.ndarray:
         """The dense per-row Jacobian blocks; see ``value_and_jacobian`` for the layout."""

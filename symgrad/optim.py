@@ -1,10 +1,27 @@
-"""Optimizers (``sg.optim``): SGD and Adam with PyTorch's defaults and update rules, in place on NumPy arrays."""
+"""Optimizers (``sg.optim``): SGD and Adam with PyTorch's defaults and update rules, in place on NumPy arrays.
+
+Adam's per-element rule is compiled by symgrad itself (``optim_model.py``): one fused pass per parameter."""
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Any, Iterable
 
 import numpy as np
+
+
+_MODEL = Path(__file__).with_name("optim_model.py")
+_compiled: dict[str, Any] = {}
+_ADAM_STATE = ("exp_avg", "exp_avg_sq", "max_exp_avg_sq")
+
+
+def _rules() -> dict[str, Any]:
+    """The compiled update rules of ``optim_model.py`` by name (compiled on first use, then cached)."""
+    if not _compiled:
+        import symgrad
+        module = symgrad.compile(_MODEL)
+        _compiled.update((name, getattr(module, name)) for name in module.__all__)
+    return _compiled
 
 
 class Optimizer:
@@ -80,40 +97,34 @@ class Adam(Optimizer):
         if not (0.0 <= betas[0] < 1.0 and 0.0 <= betas[1] < 1.0):
             raise ValueError(f"Invalid beta parameters: {betas}")
         super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, amsgrad=amsgrad))
-        self._scratch: dict[Any, np.ndarray] = {}
+        self._scratch: dict[Any, tuple] = {}
 
     def step(self) -> None:
         for group in self.param_groups:
             beta1, beta2 = group["betas"]
-            for p, g in self._grads(group):
+            amsgrad = group["amsgrad"]
+            rule = _rules()["adam_amsgrad" if amsgrad else "adam"]
+            keys = _ADAM_STATE[:3 if amsgrad else 2]
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
                 state = self.state.get(p)
                 if state is None:
-                    state = self.state[p] = {"step": 0, "exp_avg": np.zeros_like(p.data),
-                                             "exp_avg_sq": np.zeros_like(p.data)}
-                    if group["amsgrad"]:
-                        state["max_exp_avg_sq"] = np.zeros_like(p.data)
+                    state = self.state[p] = {"step": 0, **{k: np.zeros_like(p.data) for k in keys}}
                 state["step"] += 1
-                m, v = state["exp_avg"], state["exp_avg_sq"]
-                # in place, into one scratch array per parameter: no temporaries (each would be a fresh
-                # allocation and its page faults on every step), 13 passes over L2-resident data
-                tmp = self._scratch.get(p)
-                dtype = np.result_type(p.data, g)      # a float32 .grad on a float64 parameter: float64 math
-                if tmp is None or tmp.shape != g.shape or tmp.dtype != dtype:
-                    tmp = self._scratch[p] = np.empty(g.shape, dtype)
-                m *= beta1
-                np.multiply(g, 1 - beta1, out=tmp, dtype=dtype)
-                m += tmp
-                v *= beta2
-                np.multiply(g, g, out=tmp, dtype=dtype)
-                tmp *= 1 - beta2
-                v += tmp
-                if group["amsgrad"]:
-                    np.maximum(state["max_exp_avg_sq"], v, out=state["max_exp_avg_sq"])
-                    v = state["max_exp_avg_sq"]
                 step = state["step"]
-                np.sqrt(v, out=tmp)
-                tmp /= math.sqrt(1 - beta2**step)
-                tmp += group["eps"]
-                np.divide(m, tmp, out=tmp)
-                tmp *= group["lr"] / (1 - beta1**step)
-                p.data -= tmp
+                hyper = (group["lr"], beta1, beta2, group["eps"], group["weight_decay"], 1 - beta1**step,
+                         math.sqrt(1 - beta2**step))
+                args = (p.data, p.grad.data, *(state[k] for k in keys), *hyper)
+                # one fused kernel into scratch arrays (a kernel's results never overlap its inputs), copied
+                # back in place: a parameter's array and its state arrays stay the same objects
+                data = p.data
+                scratch = self._scratch.get(p)
+                if scratch is None or scratch[0].shape != data.shape or scratch[0].dtype != data.dtype:
+                    scratch = self._scratch[p] = tuple(np.empty(data.shape, data.dtype) for _ in range(len(keys) + 1))
+                results = rule._run_same_shape("forward", args, out=scratch)
+                if results is None:      # dtypes that differ (a float32 grad on a float64 parameter)
+                    results = rule.forward(*args)
+                data[...] = results[0]
+                for k, r in zip(keys, results[1:]):
+                    state[k][...] = r

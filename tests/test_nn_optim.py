@@ -152,6 +152,33 @@ def test_adam_float32_grad_on_float64_parameter_computes_in_float64():
     np.testing.assert_allclose(w.data, ref, rtol=1e-13)
 
 
+@pytest.mark.parametrize("dtype, rtol", [(np.float32, 2e-6), (np.float64, 1e-13)])
+def test_fused_adam_amsgrad_weight_decay_in_place_on_a_strided_parameter(dtype, rtol):
+    """The compiled update (optim_model.py) against AMSGrad + L2 decay written out, on a transposed parameter;
+    the parameter's array and the state arrays stay the same objects, updated in place (as in PyTorch)."""
+    rng = np.random.default_rng(3)
+    start = rng.normal(size=(4, 6)).astype(dtype).T                  # not C-contiguous
+    w = nn.Parameter(start.copy(order="K"))
+    data = w.data
+    assert not data.flags.c_contiguous
+    opt = sg.optim.Adam([w], lr=0.05, betas=(0.8, 0.95), eps=1e-6, weight_decay=0.1, amsgrad=True)
+    ref, m, v, v_max = start.astype(np.float64), 0.0, 0.0, 0.0
+    for t in range(1, 6):
+        g = rng.normal(size=start.shape).astype(dtype)
+        w.grad = sg.tensor(g)
+        opt.step()
+        if t == 1:
+            state = {k: opt.state[w][k] for k in ("exp_avg", "exp_avg_sq", "max_exp_avg_sq")}
+        g64 = g.astype(np.float64) + 0.1 * ref
+        m, v = 0.8 * m + 0.2 * g64, 0.95 * v + 0.05 * g64 * g64
+        v_max = np.maximum(v_max, v)
+        ref = ref - 0.05 / (1 - 0.8**t) * m / (np.sqrt(v_max) / np.sqrt(1 - 0.95**t) + 1e-6)
+    assert w.data is data and w.data.dtype == dtype
+    assert all(opt.state[w][k] is a for k, a in state.items())
+    np.testing.assert_allclose(w.data, ref, rtol=rtol, atol=rtol)
+    np.testing.assert_allclose(opt.state[w]["max_exp_avg_sq"], v_max, rtol=10 * rtol)
+
+
 def test_optimizer_validation_and_param_groups():
     w = nn.Parameter(np.ones(2))
     with pytest.raises(ValueError, match="Nesterov momentum requires a momentum and zero dampening"):

@@ -453,8 +453,12 @@ def _make_autograd_function(op_name: str, n_args: int, n_out: int) -> type:
         arrays = [_np(t) for t in tensors]
         ctx.jac = None
         if jac:
-            outs, jacobian = fn.value_and_jacobian(*arrays)     # J: batch + (n_out, n_args)
-            outs = outs if fn.returns_tuple else (outs,)
+            results = fn._run_same_shape("value_and_jacobian", arrays)     # same shapes: straight to the kernel
+            if results is None:
+                outs, jacobian = fn.value_and_jacobian(*arrays)     # J: batch + (n_out, n_args)
+                outs = outs if fn.returns_tuple else (outs,)
+            else:
+                outs, jacobian = results[:-1], results[-1]
             ctx.jac = [[torch.from_numpy(jacobian[..., j, i]) for i in range(n_args)] for j in range(n_out)]
             ctx.shapes = [t.shape for t in tensors]
         else:

@@ -52,7 +52,7 @@ def apply_compiled(fn: Any, args: tuple) -> Tensor | tuple[Tensor, ...]:
     record = need and mode.enabled
     try:
         if record and fn.jacobian_saving:
-            small = fn._small_value_and_jacobian(arrays, JACOBIAN_MAX)
+            small = fn._run_same_shape("value_and_jacobian", arrays, JACOBIAN_MAX)
             if small is not None:
                 out, jacobian = small                          # J: batch + (1, n_args), n_args <= 2
                 columns = (None if inputs[0] is None else jacobian[..., 0, 0],)
