@@ -110,7 +110,7 @@ def _elementwise_run(fn, from_buffer, ctype, dtype: np.dtype, out_shapes: tuple)
     ndarray, empty, pooled = np.ndarray, np.empty, pool.empty
     single = len(out_shapes) == 1 and out_shapes[0] == ()
     # batches of fewer elements than this get plain np.empty results, without the pool's call
-    small = pool.POOL_MIN // dtype.itemsize // max(prod(t) for t in out_shapes)
+    small = pool.POOL_MIN // dtype.itemsize // max([1, *(prod(t) for t in out_shapes)])
 
     def run(inputs: tuple, batch: tuple, out: tuple | None = None) -> tuple:
         n = 1
