@@ -34,7 +34,7 @@ _lock = threading.Lock()
 def _capacity() -> int:
     try:
         return max(0, int(float(os.environ.get("SYMGRAD_POOL_MB", "256")) * (1 << 20)))
-    except ValueError:
+    except (ValueError, OverflowError):
         raise ValueError(f"SYMGRAD_POOL_MB={os.environ['SYMGRAD_POOL_MB']!r} is not a number of MiB") from None
 
 
@@ -43,14 +43,13 @@ _CAPACITY = _capacity()
 
 def _give_back(block) -> None:
     """cffi's destructor of a pooled array's buffer: keep the block for the next result of its size. Runs
-    where the last reference dies (any thread, or the cycle collector), so it takes no lock: every step is
-    one atomic operation; a race between two of them can only miscount ``_held`` by a block."""
+    where the last reference dies (any thread, or the cycle collector, maybe while ``empty`` holds the
+    lock), so it takes none: a block is appended once, and a race with another thread can only miscount
+    ``_held`` (the cap) by a block."""
     global _held
     size = len(block)
     if _held + size > _CAPACITY:
-        if size > _CAPACITY:
-            return                    # dropped: cffi frees it
-        _free.clear()
+        _free.clear()                 # sizes changed: let the old blocks go (cffi frees them)
         _held = 0
     _free.setdefault(size, []).append(block)
     _held += size
@@ -73,6 +72,8 @@ def empty(shape: tuple, dtype: np.dtype) -> np.ndarray:
     if block is None:
         block = _alloc("char[]", size)
     owner = _ffi.gc(block, _give_back)
+    # the array keeps the buffer, the buffer keeps `owner` (not `block`): the destructor runs, and the block
+    # comes back, only when the last view of it is gone
     return np.frombuffer(_ffi.buffer(owner, size), dtype).reshape(shape)
 
 
@@ -80,7 +81,15 @@ def release() -> int:
     """Hand every unused pooled block back to the system; returns the bytes released."""
     global _held
     with _lock:
-        released = sum(len(b) for blocks in _free.values() for b in blocks)
+        blocks = list(_free.values())    # a copy: a destructor may add to _free meanwhile
         _free.clear()
         _held = 0
-    return released
+    return sum(len(b) for same_size in blocks for b in same_size)
+
+
+def _after_fork_in_child() -> None:
+    global _lock
+    _lock = threading.Lock()             # another thread may have held it at the fork
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
