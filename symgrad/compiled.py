@@ -93,10 +93,12 @@ class CompiledFunction:
         self.derivatives: dict[str, str] = entry["derivatives"]
         self.formulas: dict[str, str] = entry["formulas"]
         self.op_counts: dict[str, int] = entry["op_counts"]
-        self._elementwise = not any(self.arg_shapes) and not any(self.out_shapes) and not self._uniform
+        self._scalar_slots = not any(self.arg_shapes) and not any(self.out_shapes)
+        self._uniform_at = tuple(k for k, name in enumerate(self.arg_names) if name in self._uniform)
+        self._elementwise = self._scalar_slots and not self._uniform
         #: per-element scalar, one output, one or two differentiable arguments: a tape node or autograd
         #: Function may run value_and_jacobian forward and save J (as large as the inputs) for backward
-        self.jacobian_saving: bool = (not any(self.arg_shapes) and not any(self.out_shapes) and self.n_outputs == 1
+        self.jacobian_saving: bool = (self._scalar_slots and self.n_outputs == 1
                                       and len(self.arg_names) <= 2 and self._all_diff
                                       and "value_and_jacobian" in entry["programs"])
         self._vjp_shapes = self.arg_shapes + self.out_shapes
@@ -330,10 +332,17 @@ class CompiledFunction:
                         out: tuple | None = None) -> tuple | None:
         """The results of ``program`` when ``arrays`` are this function's arguments as same-shape float arrays
         of one dtype (or numbers) of at most ``limit`` elements, else None: symgrad's own hot paths (the
-        tape's primitives, the optimizers, the PyTorch op), without the public entries' layers; ``out`` is
-        the caller's responsibility (fresh, C-contiguous, exactly shaped, overlapping nothing)."""
+        tape's primitives, the optimizers, the PyTorch op), without the public entries' layers. Only for
+        per-element scalar slots, uniform arguments given as numbers. ``out`` is the caller's responsibility:
+        one buffer per result of ``program``, of the arrays' dtype and shape, C-contiguous, overlapping
+        nothing."""
+        if not self._scalar_slots or len(arrays) != len(self.arg_names):
+            return None
+        for k in self._uniform_at:       # a uniform argument must be a number here (an array: the checks' error)
+            if type(arrays[k]) is not float and type(arrays[k]) is not int:
+                return None
         same = _same_shape_floats(arrays)
-        if same is None or len(arrays) != len(self.arg_names):
+        if same is None:
             return None
         shape = same[2]
         n = 1

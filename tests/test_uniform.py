@@ -90,3 +90,19 @@ def test_torch_op_with_a_uniform_argument():
     x = torch.linspace(-1, 1, 9, dtype=torch.float64, requires_grad=True)
     rate = torch.tensor(0.3, dtype=torch.float64, requires_grad=True)
     assert torch.autograd.gradcheck(lambda a, r: op(a, r, 0.1), (x, rate))
+
+
+@sg.function(uniform=("rate",))
+def decay(x, rate):
+    return x * sg.exp(-rate * x)
+
+
+def test_tape_rejects_a_same_shape_tensor_for_a_uniform_argument(backend):
+    """The tape's fast path (same shapes, the Jacobian recorded) leaves a uniform argument's check to the boundary."""
+    x = sg.tensor(np.linspace(0, 1, 4), requires_grad=True)
+    with pytest.raises(ArgumentError, match=re.escape("decay: argument 'rate' is uniform (one number per call); "
+                                                      "got shape (4,)")):
+        decay(x, sg.tensor(np.full(4, 0.5)))
+    y = decay(x, 0.5)
+    y.sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), np.exp(-0.5 * x.data) * (1 - 0.5 * x.data), rtol=1e-12)
