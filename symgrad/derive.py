@@ -237,25 +237,36 @@ def prune(assigns: Assignments, results: set[Symbol]) -> Assignments:
     return kept[::-1]
 
 
-#: exponents whose power prints its base once (x, 1/x, sqrt(x), 1/sqrt(x))
-_ONCE = frozenset({sympy.S.One, sympy.S.Half})
+#: exponents whose power prints its base once (x, 1/x, sqrt(x), 1/sqrt(x)); the printers write others with
+#: the base repeated (t*t, 1/(t*t*t), t*sqrt(t)) or as pow(t, n)
+_ONCE = frozenset({sympy.S.One, sympy.S.NegativeOne, sympy.S.Half, -sympy.S.Half})
 
 
 def inline_single_use(assigns: Assignments, keep: set[Symbol]) -> Assignments:
-    """Substitute temporaries used exactly once (and atoms) into their user, for readable programs."""
+    """Substitute temporaries used exactly once (and atoms) into their user, for readable programs; then give
+    every compound base of a power its own temporary, so that ``sin(x)**3`` does not print as three calls."""
     uses: dict[Symbol, int] = defaultdict(int)
     for _, expr in assigns:
         for node in sympy.preorder_traversal(expr):
             if isinstance(node, Symbol):
                 uses[node] += 1
-            elif node.is_Pow and isinstance(node.base, Symbol) and abs(node.exp) not in _ONCE:
-                uses[node.base] += 1     # printed as a product (t*t) or pow(t, n): never inline a call there
     subs: dict[Symbol, sympy.Expr] = {}
     out: Assignments = []
+
+    def bind_bases(e: sympy.Basic) -> sympy.Basic:
+        if e.is_Atom or not e.has(Pow):
+            return e
+        args = [bind_bases(a) for a in e.args]
+        if isinstance(e, Pow) and e.exp not in _ONCE and not args[0].is_Atom:
+            base = sympy.Dummy("base", real=True)
+            out.append((base, args[0]))
+            args[0] = base
+        return e.func(*args)
+
     for sym, expr in assigns:
         expr = expr.xreplace(subs) if subs else expr
         if sym not in keep and (uses[sym] <= 1 or expr.is_Atom):
             subs[sym] = expr
         else:
-            out.append((sym, expr))
+            out.append((sym, bind_bases(expr)))
     return out
