@@ -1,6 +1,6 @@
 """Optimizers (``sg.optim``): SGD and Adam with PyTorch's defaults and update rules, in place on NumPy arrays.
 
-Adam's per-element rule is compiled by symgrad itself (``optim_model.py``): one fused pass per parameter."""
+Adam's per-element rule is compiled by symgrad itself (``optim_model.py``): one fused kernel per parameter."""
 from __future__ import annotations
 
 import math
@@ -97,7 +97,6 @@ class Adam(Optimizer):
         if not (0.0 <= betas[0] < 1.0 and 0.0 <= betas[1] < 1.0):
             raise ValueError(f"Invalid beta parameters: {betas}")
         super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, amsgrad=amsgrad))
-        self._scratch: dict[Any, tuple] = {}
 
     def step(self) -> None:
         for group in self.param_groups:
@@ -108,21 +107,18 @@ class Adam(Optimizer):
             for p in group["params"]:
                 if p.grad is None:
                     continue
+                data = p.data
                 state = self.state.get(p)
                 if state is None:
-                    state = self.state[p] = {"step": 0, **{k: np.zeros_like(p.data) for k in keys}}
+                    state = self.state[p] = {"step": 0, **{k: np.zeros(data.shape, data.dtype) for k in keys}}
                 state["step"] += 1
                 step = state["step"]
-                hyper = (group["lr"], beta1, beta2, group["eps"], group["weight_decay"], 1 - beta1**step,
-                         math.sqrt(1 - beta2**step))
-                args = (p.data, p.grad.data, *(state[k] for k in keys), *hyper)
-                # one fused kernel into scratch arrays (a kernel's results never overlap its inputs), copied
-                # back in place: a parameter's array and its state arrays stay the same objects
-                data = p.data
-                scratch = self._scratch.get(p)
-                if scratch is None or scratch[0].shape != data.shape or scratch[0].dtype != data.dtype:
-                    scratch = self._scratch[p] = tuple(np.empty(data.shape, data.dtype) for _ in range(len(keys) + 1))
-                results = rule._run_same_shape("forward", args, out=scratch)
+                hyper = tuple(map(float, (1 - beta1, beta2, 1 - beta2, group["eps"], group["weight_decay"],
+                                          group["lr"] / (1 - beta1**step), math.sqrt(1 - beta2**step))))
+                args = (data, p.grad.data, *(state[k] for k in keys), *hyper)
+                # one fused kernel, its results copied back in place: the parameter's array and its state
+                # arrays stay the same objects (large results come from the C backend's pool: no page faults)
+                results = rule._run_same_shape("forward", args)
                 if results is None:      # dtypes that differ (a float32 grad on a float64 parameter)
                     results = rule.forward(*args)
                 data[...] = results[0]

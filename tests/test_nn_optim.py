@@ -179,6 +179,16 @@ def test_fused_adam_amsgrad_weight_decay_in_place_on_a_strided_parameter(dtype, 
     np.testing.assert_allclose(opt.state[w]["max_exp_avg_sq"], v_max, rtol=10 * rtol)
 
 
+def test_adam_without_weight_decay_leaves_an_infinite_parameter_infinite():
+    """PyTorch skips the decay term when weight_decay is 0: 0 * inf must not turn the parameter into NaN."""
+    w = nn.Parameter(np.array([np.inf, 1.0], np.float32))
+    opt = sg.optim.Adam([w], lr=np.float64(0.1))               # a NumPy scalar hyperparameter is fine
+    w.grad = sg.tensor(np.array([1.0, 1.0], np.float32))
+    opt.step()
+    assert w.data[0] == np.inf
+    np.testing.assert_allclose(w.data[1], 0.9, rtol=1e-6)
+
+
 def test_optimizer_validation_and_param_groups():
     w = nn.Parameter(np.ones(2))
     with pytest.raises(ValueError, match="Nesterov momentum requires a momentum and zero dampening"):
