@@ -36,11 +36,14 @@ fuzz: $(STAMP)
 	SYMGRAD_FUZZ_EXAMPLES=2000 $(BIN)/python -m pytest tests/test_properties.py
 
 ## make sanitize: the tests that run C kernels (every target, dtype, layout and extreme input), once with
-## -fsanitize=address,undefined (UBSan reports are fatal)
+## -fsanitize=address,undefined (UBSan reports are fatal); libstdc++ is preloaded after libasan so that
+## ASan intercepts C++ exceptions (torch and JAX throw some when installed: ASan aborted at the first)
 SANITIZE_TESTS := tests/test_c_emitter.py tests/test_activations.py tests/test_nan_regressions.py \
-	tests/test_seed.py tests/test_conventions.py tests/test_adbench.py tests/test_runtime_ops.py
+	tests/test_seed.py tests/test_conventions.py tests/test_adbench.py tests/test_runtime_ops.py \
+	tests/test_pool.py tests/test_nn_optim.py
 sanitize: $(STAMP)
-	SYMGRAD_SANITIZE=1 LD_PRELOAD=$$(gcc -print-file-name=libasan.so) ASAN_OPTIONS=detect_leaks=0 \
+	SYMGRAD_SANITIZE=1 LD_PRELOAD="$$(gcc -print-file-name=libasan.so) $$(gcc -print-file-name=libstdc++.so)" \
+		ASAN_OPTIONS=detect_leaks=0 \
 		UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
 		$(BIN)/python -m pytest -p no:cacheprovider $(SANITIZE_TESTS)
 
