@@ -328,14 +328,11 @@ class CompiledFunction:
         results = self._kernel("value_and_jacobian", dtype)(tuple(arrays), batch, buffers)
         return self._package_outputs(results[:-1]), results[-1]
 
-    def _run_same_shape(self, program: str, arrays: Sequence, limit: float = math.inf,
-                        out: tuple | None = None) -> tuple | None:
-        """The results of ``program`` when ``arrays`` are this function's arguments as same-shape float arrays
-        of one dtype (or numbers) of at most ``limit`` elements, else None: symgrad's own hot paths (the
-        tape's primitives, the optimizers, the PyTorch op), without the public entries' layers. Only for
-        per-element scalar slots, uniform arguments given as numbers. ``out`` is the caller's responsibility:
-        one buffer per result of ``program``, of the arrays' dtype and shape, C-contiguous, overlapping
-        nothing."""
+    def _run_same_shape(self, program: str, arrays: Sequence, limit: float = math.inf) -> tuple | None:
+        """The (fresh) results of ``program`` when ``arrays`` are this function's arguments as same-shape float
+        arrays of one dtype (or numbers) of at most ``limit`` elements, else None: symgrad's own hot paths
+        (the tape's primitives, the optimizers, the PyTorch op), without the public entries' layers. Only
+        for per-element scalar slots, uniform arguments given as numbers."""
         if not self._scalar_slots or len(arrays) != len(self.arg_names):
             return None
         for k in self._uniform_at:       # a uniform argument must be a number here (an array: the checks' error)
@@ -350,7 +347,7 @@ class CompiledFunction:
             n *= d
         if n > limit:
             return None
-        return self._kernel(program, same[1])(arrays, shape, out)
+        return self._kernel(program, same[1])(arrays, shape)
 
     def jacobian(self, *args: Any) -> np.ndarray:
         """The dense per-row Jacobian blocks; see ``value_and_jacobian`` for the layout."""

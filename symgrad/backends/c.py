@@ -2,8 +2,8 @@
 
 ``run(inputs, batch_shape)`` materializes each input as a contiguous, aligned array of exactly
 ``batch_shape + slot.shape`` (no copy when it already is one), allocates the results (large ones from
-``pool``, which saves their page faults) and calls the kernel once; cffi releases the GIL for the call. ``ffi.from_buffer`` ignores dtypes, so the
-dtype and shape are checked here before any pointer is taken.
+``pool``, which saves their page faults) and calls the kernel once; cffi releases the GIL for the call.
+``ffi.from_buffer`` ignores dtypes, so the dtype and shape are checked here before any pointer is taken.
 
 Threads: loops above a size threshold (see ``emitters/c.py``) run on every OpenMP thread; ``set_num_threads``
 changes the count, ``SYMGRAD_OPENMP=0`` builds without OpenMP. Unless ``OMP_WAIT_POLICY`` is already set,
