@@ -31,11 +31,15 @@ def test_compile_then_up_to_date_then_import(model):
     assert (model / "model_symgrad" / "derivatives.yaml").exists()
     r = symgrad("compile", "model.py", cwd=model)
     assert r.returncode == 0 and "up to date" in r.stdout
-    code = "import numpy as np, model_symgrad as m; print(m.softplus.value_and_vjp(np.array([0.0]), np.array([1.0])))"
+    # the warm import stays light: no SymPy, no cffi parser (the C module is prebuilt), no tape runtime
+    code = ("import sys, numpy as np, model_symgrad as m; "
+            "print(m.softplus.value_and_vjp(np.array([0.0]), np.array([1.0])), m.softplus(np.ones(2))); "
+            "print('heavy:', [k for k in ('sympy', 'cffi', 'symgrad.runtime') if k in sys.modules])")
     r = subprocess.run([sys.executable, "-c", code], cwd=model, capture_output=True, text=True,
                        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
     assert r.returncode == 0, r.stderr
     assert "0.69314718" in r.stdout and "0.5" in r.stdout
+    assert "heavy: []" in r.stdout
 
 
 def test_output_directory_option(model):

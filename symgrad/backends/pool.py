@@ -18,13 +18,13 @@ from __future__ import annotations
 import os
 import threading
 
-import cffi
+import _cffi_backend
 import numpy as np
 
 #: Results smaller than this (bytes) are plain ``np.empty`` arrays: glibc keeps such blocks mapped.
 POOL_MIN = 1 << 18
 
-_ffi = cffi.FFI()
+_ffi = _cffi_backend.FFI()     # the compiled FFI: cffi.FFI() would import its C parser (~17 ms at import)
 _alloc = _ffi.new_allocator(should_clear_after_alloc=False)   # no zero-fill: the kernel writes every element
 _free: dict[int, list] = {}
 _held = 0
