@@ -147,11 +147,29 @@ _functorch_active = getattr(torch._C, "_are_functorch_transforms_active", lambda
 _dispatch_modes = getattr(torch._C, "_len_torch_dispatch_stack", lambda: 0)
 
 
+_functorch_wrapped = getattr(getattr(torch._C, "_functorch", None), "is_functorch_wrapped_tensor",
+                             lambda t: False)
+
+
 def _plain_eager(tensors: list) -> bool:
-    """Plain CPU tensors and no dispatch mode: the NumPy-level autograd.Function may run the call."""
+    """Plain CPU tensors (no functorch wrapper, not even a dead one) and no dispatch mode: the NumPy-level
+    autograd.Function may run the call, through ``_raw_apply``."""
     if _dispatch_modes():
         return False
-    return all(type(t) in _PLAIN and t.device.type == "cpu" for t in tensors)
+    for t in tensors:
+        if type(t) not in _PLAIN or t.device.type != "cpu" or _functorch_wrapped(t):
+            return False
+    return True
+
+
+def _raw_apply(function: type) -> Any:
+    """``function.apply`` without ``torch.autograd.Function``'s Python layer, which binds new-style
+    signatures (ours is old-style), routes functorch transforms and unwraps dead functorch wrappers: the
+    eager path calls it only when ``_plain_eager`` holds and no transform is active (~1.6 us a call)."""
+    try:
+        return super(torch.autograd.Function, function).apply
+    except AttributeError:                  # a PyTorch without the C-level apply: the public one
+        return function.apply
 
 
 def _batch(shape: Any, tail: tuple) -> tuple:
@@ -179,6 +197,7 @@ class TorchFunction:
                                                                         fn.out_shapes)
         if implementation in ("auto", "function"):
             self.function = _make_autograd_function(op_name, n_args, n_out)
+            self._eager_apply = _raw_apply(self.function)
         if implementation == "function":
             # Dynamo cannot trace into the cffi call: under torch.compile the call is one clean graph break
             # (it runs eagerly); outside, no wrapper (torch.compiler.disable costs tens of microseconds a call).
@@ -268,7 +287,7 @@ class TorchFunction:
         elif _functorch_active():
             out = self.func_function.apply(*tensors)
         elif self.implementation == "auto" and _plain_eager(tensors):
-            out = self.function.apply(self._use_jacobian(tensors), *tensors)
+            out = self._eager_apply(self._use_jacobian(tensors), *tensors)
         else:
             out = self.op(*tensors)
         if self.fn.returns_tuple:
@@ -450,8 +469,7 @@ def _make_autograd_function(op_name: str, n_args: int, n_out: int) -> type:
     ``inspect.signature`` per call); ``torch.func`` transforms use the custom ops instead."""
     def forward(ctx: Any, jac: bool, *tensors: torch.Tensor) -> Any:
         fn = _BOUND[op_name]
-        arrays = [_np(t) for t in tensors]
-        ctx.jac = None
+        arrays = [t.numpy(force=True) for t in tensors]     # views of the tensors' memory (see _np)
         if jac:
             results = fn._run_same_shape("value_and_jacobian", arrays)     # same shapes: straight to the kernel
             if results is None:
@@ -462,25 +480,33 @@ def _make_autograd_function(op_name: str, n_args: int, n_out: int) -> type:
             ctx.jac = [[torch.from_numpy(jacobian[..., j, i]) for i in range(n_args)] for j in range(n_out)]
             ctx.shapes = [t.shape for t in tensors]
         else:
+            ctx.jac = None
             ctx.save_for_backward(*tensors)               # the vjp needs the inputs only, never the outputs
             outs = fn.forward(*arrays)
-        results = tuple(_from_np(o) for o in outs)
-        return results if n_out > 1 else results[0]
+        if n_out == 1:
+            return _from_np(outs[0])
+        return tuple(_from_np(o) for o in outs)
 
     def backward(ctx: Any, *grads: Any) -> tuple:
-        needs = ctx.needs_input_grad[1:]
-        if not any(needs):
-            return (None,) * (n_args + 1)
-        if ctx.jac is not None:
-            results = [_jacobian_grad(ctx.jac, grads, i, shape) if need else None
-                       for i, (shape, need) in enumerate(zip(ctx.shapes, needs))]
+        needs = ctx.needs_input_grad
+        jac = ctx.jac
+        if jac is not None:
+            if n_args == 1 and n_out == 1:              # an activation: grad * J
+                g = grads[0]
+                results = [None if not needs[1] else jac[0][0].new_zeros(ctx.shapes[0]) if g is None else
+                           _summed(g * jac[0][0], ctx.shapes[0])]
+            else:
+                results = [_jacobian_grad(jac, grads, i, shape) if needs[i + 1] else None
+                           for i, shape in enumerate(ctx.shapes)]
             anchors: tuple = ()
+        elif not any(needs):
+            return (None,) * (n_args + 1)
         else:
             inputs = ctx.saved_tensors
             cots = [_np(g) if g is not None else 0.0 for g in grads]
             results = _BOUND[op_name].vjp(*(_np(t) for t in inputs), *cots)
             results = [_grad_tensor(r, t) if need and r is not None else None
-                       for r, t, need in zip(results, inputs, needs)]
+                       for r, t, need in zip(results, inputs, needs[1:])]
             anchors = inputs
         if torch.is_grad_enabled():               # create_graph=True: a second differentiation must fail
             with torch.enable_grad():
@@ -503,7 +529,12 @@ def _jacobian_grad(jac: list, grads: tuple, i: int, shape: torch.Size) -> torch.
             acc = term if acc is None else acc + term
     if acc is None:
         return jac[0][i].new_zeros(shape)
-    return acc if acc.shape == shape else acc.sum_to_size(shape)
+    return _summed(acc, shape)
+
+
+def _summed(grad: torch.Tensor, shape: torch.Size) -> torch.Tensor:
+    """``grad`` summed back to a broadcast input's shape."""
+    return grad if grad.shape == shape else grad.sum_to_size(shape)
 
 
 class _FirstOrder(torch.autograd.Function):
