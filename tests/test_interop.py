@@ -348,6 +348,22 @@ class TestTorch:
         jac = torch.func.jacrev(self.op(m.gelu_tanh))(x[0])
         np.testing.assert_allclose(jac.numpy(), np.diag(m.gelu_tanh.vjp(x[0].numpy(), np.ones(3))[0]))
 
+    def test_tensor_leaked_from_a_transform(self, m):
+        """A functorch wrapper that outlived its transform (a dead wrapper) is a valid input: it takes the
+        custom op (the eager autograd.Function is applied below torch's unwrapping layer)."""
+        torch = self.torch
+        op, leaked = self.op(m.softplus), []
+
+        def loss(x):
+            leaked.append(x * 2)
+            return op(x).sum()
+
+        x = torch.randn(4, dtype=torch.float64)
+        torch.testing.assert_close(torch.func.grad(loss)(x), torch.sigmoid(x))
+        dead = leaked[0]
+        assert torch._C._functorch.is_functorch_wrapped_tensor(dead)
+        torch.testing.assert_close(op(dead), torch.nn.functional.softplus(2 * x))
+
     # -- torch.compile -------------------------------------------------------------------------------------
     def _compile_model(self, m, impl):
         torch = self.torch
