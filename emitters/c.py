@@ -42,7 +42,7 @@ class SymgradCPrinter(ExpressionPrinter, TermOrder, C99CodePrinter):
     """Expressions of one dtype; statements, loops and signatures belong to the emitter.
 
     ``names`` maps a SymPy symbol to its C text (``x[i]``, a local name); ``used`` collects the libm
-    functions and ``helpers`` the primitives an expression needed, for the file header.
+    functions and ``helpers`` the (helper, dtype suffix) pairs an expression needed, for the file header.
     """
 
     EXPAND_POW_MAX = 4     # x**4 -> x*x*x*x; beyond, pow()
@@ -53,7 +53,7 @@ class SymgradCPrinter(ExpressionPrinter, TermOrder, C99CodePrinter):
         self.dtype = dtype
         self.names = names or {}
         self.used: set[str] = set()
-        self.helpers: set[str] = set()
+        self.helpers: set[tuple[str, str]] = set()
 
     # -- atoms ------------------------------------------------------------------------------------------
     def _print_Symbol(self, expr):
@@ -203,14 +203,14 @@ class SymgradCPrinter(ExpressionPrinter, TermOrder, C99CodePrinter):
 
     def _print_helper(self, expr):
         name = type(expr).__name__
-        self.helpers.add(name)
+        self.helpers.add((name, self.dtype.suffix))
         self.used.update(HELPERS[name][0])
         return f"sg_{name}_{self.dtype.suffix}({', '.join(self._print(a) for a in expr.args)})"
 
     def _print_MinMax(self, expr):
         """SymPy's Max/Min (normally rewritten to maximum/minimum upstream): NaN-propagating, pairwise."""
         name = "maximum" if isinstance(expr, sympy.Max) else "minimum"
-        self.helpers.add(name)
+        self.helpers.add((name, self.dtype.suffix))
         args = [self._print(a) for a in expr.args]
         text = args[0]
         for a in args[1:]:
@@ -219,18 +219,23 @@ class SymgradCPrinter(ExpressionPrinter, TermOrder, C99CodePrinter):
 
     _print_Max = _print_Min = _print_MinMax
 
+    def _print_tanh(self, expr):
+        """double: the expm1 form (``sg_tanh_f64``, see its comment); float: tanhf, the faster there."""
+        return self._print_helper(expr) if self.dtype.suffix == "f64" else self._print_libm(expr)
+
     def _print_Function(self, expr):
         raise sympy.printing.codeprinter.PrintMethodNotImplementedError(
             f"the C emitter cannot print {type(expr).__name__} (in {expr})")
 
 
-for _name in sympy.printing.c.known_functions_C99:       # only what this printer knows how to type
-    if _name not in ("Max", "Min"):
-        setattr(SymgradCPrinter, f"_print_{_name}", SymgradCPrinter._print_Function)
-for _name in LIBM:
-    setattr(SymgradCPrinter, f"_print_{_name}", SymgradCPrinter._print_libm)
-for _name in HELPERS:
-    setattr(SymgradCPrinter, f"_print_{_name}", SymgradCPrinter._print_helper)
+# Functions the class does not print itself: refused unless this printer knows how to type them (libm calls,
+# then helpers, each table overriding the one before).
+_OWN = set(vars(SymgradCPrinter))
+for _table, _method in ((sympy.printing.c.known_functions_C99, SymgradCPrinter._print_Function),
+                        (LIBM, SymgradCPrinter._print_libm), (HELPERS, SymgradCPrinter._print_helper)):
+    for _name in _table:
+        if f"_print_{_name}" not in _OWN:
+            setattr(SymgradCPrinter, f"_print_{_name}", _method)
 
 
 def function_name(kernel: Kernel, program: Program, dtype: DType) -> str:
@@ -360,8 +365,8 @@ class CEmitter:
         if used & set(LIBMVEC_TIER):
             head += ["", vector_math_declarations(used)]
         for name in HELPERS:
-            if name in helpers:
-                for dtype in DTYPES:
+            for dtype in DTYPES:
+                if (name, dtype.suffix) in helpers:
                     head += ["", helper(name, dtype)]
         return "\n".join(head) + "\n\n" + "\n\n".join(bodies) + "\n"
 

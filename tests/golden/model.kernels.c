@@ -35,6 +35,10 @@ float sinf(float);
 #endif
 #if defined(SG_LIBMVEC) && SG_LIBMVEC >= 2
 #pragma omp declare simd notinbranch
+double expm1(double);
+#pragma omp declare simd notinbranch
+float expm1f(float);
+#pragma omp declare simd notinbranch
 double log1p(double);
 #pragma omp declare simd notinbranch
 float log1pf(float);
@@ -56,6 +60,14 @@ static inline double sg_cos_f64(double x)
 static inline float sg_cos_f32(float x)
 {
     return cosf(x + 0.0F);
+}
+
+/* tanh(x) = -expm1(-2|x|)/(2 + expm1(-2|x|)) with the sign of x: within 4 ulp (glibc's vector tanh: 2), and
+   for double 1.45x faster (its vector expm1 takes half the time of its vector tanh); float keeps tanhf */
+static inline double sg_tanh_f64(double x)
+{
+    const double e = expm1(-2*fabs(x));
+    return copysign(-e/(2 + e), x);
 }
 
 /* ---- square [model.py:10] ----
@@ -646,7 +658,7 @@ void gelu_tanh__value_and_vjp_f64(int64_t n,
     for (int64_t i = 0; i < n; ++i) {
         const double t0 = 0.5*x[i];
         const double t1 = sqrt(2.0)/sqrt(3.141592653589793);
-        const double t2 = tanh(t1*(x[i] + 0.044715*x[i]*x[i]*x[i]));
+        const double t2 = sg_tanh_f64(t1*(x[i] + 0.044715*x[i]*x[i]*x[i]));
         out[i] = t0*(1.0 + t2);  /* out = 0.5*x*(1 + tanh(sqrt(2)*(x + 0.044715*x**3)/sqrt(pi))) */
         grad_x[i] = grad[i]*(0.5 + 0.5*t2 + t0*t1*(1.0 - (t2*t2))*(1.0 + 0.134145*x[i]*x[i]));  /* grad_x = d(out)/dx . grad */
     }
@@ -657,7 +669,7 @@ void gelu_tanh__forward_f64(int64_t n, const double *restrict x, double *restric
 {
     SG_LOOP(153846)
     for (int64_t i = 0; i < n; ++i) {
-        out[i] = 0.5*x[i]*(1.0 + tanh(sqrt(2.0)*(x[i] + 0.044715*x[i]*x[i]*x[i])/sqrt(3.141592653589793)));  /* out = 0.5*x*(1 + tanh(sqrt(2)*(x + 0.044715*x**3)/sqrt(pi))) */
+        out[i] = 0.5*x[i]*(1.0 + sg_tanh_f64(sqrt(2.0)*(x[i] + 0.044715*x[i]*x[i]*x[i])/sqrt(3.141592653589793)));  /* out = 0.5*x*(1 + tanh(sqrt(2)*(x + 0.044715*x**3)/sqrt(pi))) */
     }
 }
 
@@ -670,7 +682,7 @@ void gelu_tanh__vjp_f64(int64_t n,
     SG_LOOP(86956)
     for (int64_t i = 0; i < n; ++i) {
         const double t1 = sqrt(2.0)/sqrt(3.141592653589793);
-        const double t2 = tanh(t1*(x[i] + 0.044715*x[i]*x[i]*x[i]));
+        const double t2 = sg_tanh_f64(t1*(x[i] + 0.044715*x[i]*x[i]*x[i]));
         grad_x[i] = grad[i]*(0.5 + 0.5*t2 + 0.5*t1*x[i]*(1.0 - (t2*t2))*(1.0 + 0.134145*x[i]*x[i]));  /* grad_x = d(out)/dx . grad */
     }
 }
@@ -686,7 +698,7 @@ void gelu_tanh__jvp_f64(int64_t n,
     for (int64_t i = 0; i < n; ++i) {
         const double t0 = 0.5*x[i];
         const double t1 = sqrt(2.0)/sqrt(3.141592653589793);
-        const double t2 = tanh(t1*(x[i] + 0.044715*x[i]*x[i]*x[i]));
+        const double t2 = sg_tanh_f64(t1*(x[i] + 0.044715*x[i]*x[i]*x[i]));
         out[i] = t0*(1.0 + t2);  /* out = 0.5*x*(1 + tanh(sqrt(2)*(x + 0.044715*x**3)/sqrt(pi))) */
         jvp_out[i] = tangent_x[i]*(0.5 + 0.5*t2 + t0*t1*(1.0 - (t2*t2))*(1.0 + 0.134145*x[i]*x[i]));
     }
@@ -702,7 +714,7 @@ void gelu_tanh__value_and_jacobian_f64(int64_t n,
     for (int64_t i = 0; i < n; ++i) {
         const double t0 = 0.5*x[i];
         const double t1 = sqrt(2.0)/sqrt(3.141592653589793);
-        const double t2 = tanh(t1*(x[i] + 0.044715*x[i]*x[i]*x[i]));
+        const double t2 = sg_tanh_f64(t1*(x[i] + 0.044715*x[i]*x[i]*x[i]));
         out[i] = t0*(1.0 + t2);  /* out = 0.5*x*(1 + tanh(sqrt(2)*(x + 0.044715*x**3)/sqrt(pi))) */
         jacobian[i] = 0.5 + 0.5*t2 + t0*t1*(1.0 - (t2*t2))*(1.0 + 0.134145*x[i]*x[i]);
     }
