@@ -491,13 +491,8 @@ def _make_autograd_function(op_name: str, n_args: int, n_out: int) -> type:
         needs = ctx.needs_input_grad
         jac = ctx.jac
         if jac is not None:
-            if n_args == 1 and n_out == 1:              # an activation: grad * J
-                g = grads[0]
-                results = [None if not needs[1] else jac[0][0].new_zeros(ctx.shapes[0]) if g is None else
-                           _summed(g * jac[0][0], ctx.shapes[0])]
-            else:
-                results = [_jacobian_grad(jac, grads, i, shape) if needs[i + 1] else None
-                           for i, shape in enumerate(ctx.shapes)]
+            results = [_jacobian_grad(jac, grads, i, shape) if needs[i + 1] else None
+                       for i, shape in enumerate(ctx.shapes)]
             anchors: tuple = ()
         elif not any(needs):
             return (None,) * (n_args + 1)
@@ -529,12 +524,7 @@ def _jacobian_grad(jac: list, grads: tuple, i: int, shape: torch.Size) -> torch.
             acc = term if acc is None else acc + term
     if acc is None:
         return jac[0][i].new_zeros(shape)
-    return _summed(acc, shape)
-
-
-def _summed(grad: torch.Tensor, shape: torch.Size) -> torch.Tensor:
-    """``grad`` summed back to a broadcast input's shape."""
-    return grad if grad.shape == shape else grad.sum_to_size(shape)
+    return acc if acc.shape == shape else acc.sum_to_size(shape)
 
 
 class _FirstOrder(torch.autograd.Function):
