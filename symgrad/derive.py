@@ -16,6 +16,7 @@ import sympy
 from sympy import Eq, Piecewise, Pow, Symbol
 
 from .display import formula
+from .primitives import SHARED_CORE
 from .rules import apply_subgradients, check_supported
 
 Assignments = list[tuple[Symbol, sympy.Expr]]
@@ -40,15 +41,19 @@ def inline_booleans(assigns: Assignments, results: list[sympy.Expr]) -> tuple[As
 
 
 def hoist_operands(assigns: Assignments, results: list[sympy.Expr], names) -> tuple[Assignments, list[sympy.Expr]]:
-    """Give every Piecewise nested inside a larger expression, and the operand of every ``Abs``, its own
-    (real) temporary, so that the local derivative rules only ever see them applied to plain real symbols.
+    """Give every Piecewise and every exp(-|u|)-family primitive (``SHARED_CORE``: a Piecewise once in its
+    stable form) nested inside a larger expression, and the operand of every ``Abs``, its own (real)
+    temporary, so that the local derivative rules and the stable forms only ever see them applied to plain
+    real symbols.
 
-    - Local derivatives build conditions from their operands (``maximum(a, b)``: ``a > b``, ``Eq(a, b)``);
-      an operand that is a Piecewise would make SymPy fold it into the condition (exponential in the number
-      of branches, through ``simplify_logic`` and inequality solving).
+    - Local derivatives and stable forms build conditions from their operands (``maximum(a, b)``: ``a > b``,
+      ``Eq(a, b)``; ``logaddexp``, ``softplus``); an operand that is a Piecewise would make SymPy fold it
+      into the condition (exponential in the number of branches, through ``simplify_logic`` and inequality
+      solving: ``logsumexp(sin(x), cos(x), x)`` took 15 s to lower).
     - ``diff(Abs(u))`` is ``sign(u)*du`` only when SymPy can prove ``u`` real; for ``Abs(atanh(t))`` or
       ``Abs(log(t))`` it returns ``re``/``im``/``atan2`` forms that are unprintable or wasteful."""
     out: Assignments = []
+    branching = (Piecewise, sympy.Abs, *SHARED_CORE)
 
     def bind(value: sympy.Expr) -> Symbol:
         sym = next(names)
@@ -56,7 +61,7 @@ def hoist_operands(assigns: Assignments, results: list[sympy.Expr], names) -> tu
         return sym
 
     def hoist(e: sympy.Basic, top: bool) -> sympy.Basic:
-        if e.is_Atom or not e.has(Piecewise, sympy.Abs):
+        if e.is_Atom or not e.has(*branching):
             return e
         if isinstance(e, Piecewise):
             return Piecewise(*[(hoist(v, False), c) for v, c in e.args]) if top else \
@@ -65,7 +70,7 @@ def hoist_operands(assigns: Assignments, results: list[sympy.Expr], names) -> tu
         if isinstance(e, sympy.Abs) and not args[0].is_Atom:
             args[0] = bind(args[0])
         new = e.func(*args)
-        return bind(new) if isinstance(new, Piecewise) and not top else new
+        return bind(new) if isinstance(new, (Piecewise, *SHARED_CORE)) and not top else new
 
     for sym, expr in assigns:
         expr = hoist(expr, True)
@@ -246,10 +251,13 @@ def inline_single_use(assigns: Assignments, keep: set[Symbol]) -> Assignments:
     """Substitute temporaries used exactly once (and atoms) into their user, for readable programs; then give
     every compound base of a power its own temporary, so that ``sin(x)**3`` does not print as three calls."""
     uses: dict[Symbol, int] = defaultdict(int)
+    in_conditions: set[Symbol] = set()       # a Piecewise substituted there would be folded into it
     for _, expr in assigns:
         for node in sympy.preorder_traversal(expr):
             if isinstance(node, Symbol):
                 uses[node] += 1
+            elif isinstance(node, sympy.logic.boolalg.Boolean) and not isinstance(node, sympy.Expr):
+                in_conditions |= node.free_symbols
     subs: dict[Symbol, sympy.Expr] = {}
     out: Assignments = []
 
@@ -265,7 +273,8 @@ def inline_single_use(assigns: Assignments, keep: set[Symbol]) -> Assignments:
 
     for sym, expr in assigns:
         expr = expr.xreplace(subs) if subs else expr
-        if sym not in keep and (uses[sym] <= 1 or expr.is_Atom):
+        if sym not in keep and (uses[sym] <= 1 or expr.is_Atom) and \
+                not (sym in in_conditions and expr.has(Piecewise)):
             subs[sym] = expr
         else:
             out.append((sym, bind_bases(expr)))

@@ -78,3 +78,35 @@ def test_a_squared_call_is_computed_once():
     want = (1 - np.tanh(0.5)**2 + np.sin(0.5)**2 * c
             + (2 * (1 + e) * e + 2 * np.sin(0.5) / (2 + c)**3) / (1 + (1 + e)**2 + 1 / (2 + c)**2))
     np.testing.assert_allclose(squashed.vjp(x, np.ones(1))[0], want, rtol=1e-12)
+
+
+def test_conditions_never_hold_a_branch():
+    """A stable form or a derivative rule compares its operands (logaddexp: a == b, a > b); when an operand
+    is itself a Piecewise (a nested logaddexp, softplus, sigmoid or where), SymPy folds it into the
+    condition through inequality solving, which took 15 s for the first function and minutes for the second.
+    Such operands are temporaries of their own, so no condition of any program contains a Piecewise."""
+    @sg.function
+    def lse3(x):
+        return sg.logsumexp(sg.sin(x), sg.cos(x), x)
+
+    @sg.function
+    def found_by_fuzzing(x):
+        return sg.logsumexp(sg.sigmoid(sg.cos(sg.sqrt(1 + x**2))), sg.sigmoid(sg.floor(sg.erfc(x)**25)),
+                            sg.atan(x))
+
+    @sg.function
+    def nested(x, y):
+        return sg.softplus(sg.softplus(sg.sin(x)) - y) + sg.sigmoid(sg.where(x > y, sg.sigmoid(x), y) - 1)
+
+    for fn in (lse3, found_by_fuzzing, nested):
+        for program in lower(fn.trace()).programs:
+            for a in program.body:
+                for node in sympy.preorder_traversal(a.expr):
+                    if isinstance(node, sympy.logic.boolalg.Boolean) and not isinstance(node, sympy.Expr):
+                        assert not node.has(sympy.Piecewise, sympy.ITE), (fn.name, program.name, node)
+    x = np.linspace(-3, 3, 7)
+    value, (grad,) = lse3.value_and_vjp(x, np.ones(7))
+    terms = np.stack([np.sin(x), np.cos(x), x])
+    np.testing.assert_allclose(value, np.log(np.exp(terms).sum(0)), rtol=1e-13)
+    soft = np.exp(terms - value)
+    np.testing.assert_allclose(grad, soft[0] * np.cos(x) - soft[1] * np.sin(x) + soft[2], rtol=1e-12)
