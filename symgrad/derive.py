@@ -11,6 +11,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from functools import lru_cache
 from itertools import count
+from math import gcd
 
 import sympy
 from sympy import Eq, Piecewise, Pow, Symbol
@@ -79,12 +80,46 @@ def hoist_operands(assigns: Assignments, results: list[sympy.Expr], names) -> tu
     return out, reduced
 
 
+#: the smallest shared integer factor of a product's exponents that ``regroup_powers`` raises once
+REGROUP_MIN_EXPONENT = 5
+
+
+def regroup_powers(assigns: Assignments, results: list[sympy.Expr], names) -> tuple[Assignments, list[sympy.Expr]]:
+    """Undo SymPy's distribution of an integer power over a product, ``(a*b)**n -> a**n * b**n``, which
+    overflows where the product itself is moderate: ``tanh(asinh(x))**125`` is ``x**125*(x**2 + 1)**(-125/2)``
+    to SymPy, infinite over infinite in float32 from x = 2. A product of two or more powers whose rational
+    exponents share an integer factor n >= ``REGROUP_MIN_EXPONENT`` gets its base product as a temporary
+    of its own, raised once: ``t = x*(x**2 + 1)**(-1/2)``, ``t**125`` (exact for an integer n, whatever the
+    signs; the derivative is then taken of ``t**125``, not of its distributed form)."""
+    out: Assignments = []
+
+    def regroup(e: sympy.Basic) -> sympy.Basic:
+        if e.is_Atom or not e.has(Pow):
+            return e
+        args = [regroup(a) for a in e.args]
+        if isinstance(e, sympy.Mul):
+            powers = [i for i, a in enumerate(args)
+                      if isinstance(a, Pow) and a.exp.is_Rational and not a.base.is_number]
+            n = gcd(*[abs(args[i].exp.p) for i in powers]) if len(powers) >= 2 else 1
+            if n >= REGROUP_MIN_EXPONENT:
+                sym = next(names)
+                out.append((sym, sympy.Mul(*[Pow(args[i].base, args[i].exp / n) for i in powers])))
+                rest = [a for i, a in enumerate(args) if i not in powers]
+                return sympy.Mul(*rest, Pow(sym, n))
+        return e if all(a is b for a, b in zip(args, e.args)) else e.func(*args)
+
+    for sym, expr in assigns:
+        out.append((sym, regroup(expr)))
+    return out, [regroup(r) for r in results]
+
+
 def straight_line(exprs: list[sympy.Expr], prefix: str) -> tuple[Assignments, list[sympy.Expr]]:
-    """One joint CSE (order='none': fast, and never the slow 'basic' optimizations), then nested
-    Piecewise and ``Abs`` operands in temporaries of their own (see ``hoist_operands``)."""
+    """One joint CSE (order='none': fast, and never the slow 'basic' optimizations), then products of powers
+    regrouped (``regroup_powers``), and nested Piecewise and ``Abs`` operands in temporaries of their own
+    (``hoist_operands``)."""
     names = fresh(prefix)
     temps, reduced = sympy.cse(exprs, symbols=names, order="none")
-    return hoist_operands(*inline_booleans(list(temps), list(reduced)), names)
+    return hoist_operands(*regroup_powers(*inline_booleans(list(temps), list(reduced)), names), names)
 
 
 @lru_cache(maxsize=4096)
@@ -248,14 +283,19 @@ _ONCE = frozenset({sympy.S.One, sympy.S.NegativeOne, sympy.S.Half, -sympy.S.Half
 
 
 def inline_single_use(assigns: Assignments, keep: set[Symbol]) -> Assignments:
-    """Substitute temporaries used exactly once (and atoms) into their user, for readable programs; then give
-    every compound base of a power its own temporary, so that ``sin(x)**3`` does not print as three calls."""
+    """Substitute temporaries used exactly once (and atoms) into their user, for readable programs, except into
+    a condition (a Piecewise there is folded into it) or as the base of a power (SymPy would distribute the
+    power over a product again, see ``regroup_powers``); then give every compound base of a power its own
+    temporary, so that ``sin(x)**3`` does not print as three calls."""
     uses: dict[Symbol, int] = defaultdict(int)
     in_conditions: set[Symbol] = set()       # a Piecewise substituted there would be folded into it
+    bases: set[Symbol] = set()               # a product substituted there would be distributed again
     for _, expr in assigns:
         for node in sympy.preorder_traversal(expr):
             if isinstance(node, Symbol):
                 uses[node] += 1
+            elif isinstance(node, Pow) and isinstance(node.base, Symbol) and node.exp not in _ONCE:
+                bases.add(node.base)
             elif isinstance(node, sympy.logic.boolalg.Boolean) and not isinstance(node, sympy.Expr):
                 in_conditions |= node.free_symbols
     subs: dict[Symbol, sympy.Expr] = {}
@@ -273,8 +313,8 @@ def inline_single_use(assigns: Assignments, keep: set[Symbol]) -> Assignments:
 
     for sym, expr in assigns:
         expr = expr.xreplace(subs) if subs else expr
-        if sym not in keep and (uses[sym] <= 1 or expr.is_Atom) and \
-                not (sym in in_conditions and expr.has(Piecewise)):
+        if sym not in keep and (expr.is_Atom or uses[sym] <= 1 and sym not in bases
+                                and not (sym in in_conditions and expr.has(Piecewise))):
             subs[sym] = expr
         else:
             out.append((sym, bind_bases(expr)))

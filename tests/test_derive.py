@@ -110,3 +110,23 @@ def test_conditions_never_hold_a_branch():
     np.testing.assert_allclose(value, np.log(np.exp(terms).sum(0)), rtol=1e-13)
     soft = np.exp(terms - value)
     np.testing.assert_allclose(grad, soft[0] * np.cos(x) - soft[1] * np.sin(x) + soft[2], rtol=1e-12)
+
+
+def test_a_distributed_power_is_raised_once(backend):
+    """SymPy writes tanh(asinh(x))**125 as x**125*(x**2 + 1)**(-125/2) and (x/y)**7 as x**7/y**7, infinite
+    over infinite in float32 (from x = 2, and x, y = 1e6); the base product is a temporary raised once, so
+    float32 agrees with float64 wherever the true value is finite."""
+    @sg.function
+    def ratio_powers(x, y):
+        return sg.tanh(sg.asinh(x))**125 + (x / y)**7
+
+    x = np.array([0.5, 2.0, 3.0, 10.0, 100.0, 1e6, -1e6])
+    y = np.array([1.0, 2.0, -3.0, 9.0, 90.0, 2e6, 1e6])
+    v64, g64 = ratio_powers.value_and_vjp(x, y, np.ones(7))
+    v32, g32 = ratio_powers.value_and_vjp(*(a.astype(np.float32) for a in (x, y, np.ones(7))))
+    np.testing.assert_allclose(v32, v64, rtol=2e-5, atol=1e-30)
+    for a, b in zip(g32, g64):
+        np.testing.assert_allclose(a, b, rtol=2e-4, atol=1e-30)
+    np.testing.assert_allclose(v64, (x / np.sqrt(1 + x * x))**125 + (x / y)**7, rtol=1e-12)
+    code = "\n".join(f"{a.target} = {a.expr}" for p in lower(ratio_powers.trace()).programs for a in p.body)
+    assert "**125" in code and "**124" in code and "125/2" not in code and "x**7" not in code, code
