@@ -1,8 +1,9 @@
 """Value + vjp throughput of symgrad's C and NumPy kernels against hand-written NumPy (and PyTorch / JAX).
 
 For each function, dtype and N, one call computes the outputs and every input gradient given a cotangent.
-Columns are times relative to hand-written NumPy (lower is better), plus the bandwidth the 1-thread C kernel
-achieves against a STREAM-style triad (``a = b + s*c``, one C loop) measured in the same run. The last
+Columns are times relative to hand-written NumPy (lower is better), the bandwidth the 1-thread C kernel
+achieves against a STREAM-style triad (``a = b + s*c``, one C loop) measured in the same run, and the
+speedups the targets are stated in (PyTorch's and JAX's time over symgrad C's on 2 threads). The last
 table is the fixed per-call cost at N=10 through the public API and through the raw backend ``run``.
 
     python bench/bench_kernels.py            # N = 1e3 .. 1e7
@@ -247,15 +248,18 @@ def main() -> None:
           f"jax: {jax.__version__ + ' (jit(vjp))' if jax else 'not installed'}")
     print("\nTimes relative to hand-written NumPy (lower is better); GB/s and % of triad: symgrad C, 1 thread.\n")
     methods = ["sg-c 1t", "sg-c 2t", "sg-numpy"] + (["torch"] if torch else []) + (["jax"] if jax else [])
-    print("| function | dtype | N | hand NumPy | " + " | ".join(methods) + " | C GB/s | % triad |")
-    print("|---|---|---|---|" + "---|" * len(methods) + "---|---|")
+    rivals = [m for m in ("torch", "jax") if m in methods]    # the targets: their time over sg-c 2t's
+    print("| function | dtype | N | hand NumPy | " + " | ".join(methods) + " | C GB/s | % triad | "
+          + "".join(f"{m} / sg-c 2t | " for m in rivals))
+    print("|---|---|---|---|" + "---|" * len(methods) + "---|---|" + "---|" * len(rivals))
     for name, fn, hand, n_args in CASES:
         for dtype in (np.float64, np.float32):
             for n, times, gbps in run_case(name, fn, hand, n_args, dtype, sizes, min_time, repeats, rng):
                 base = times["hand-numpy"]
                 cells = " | ".join(f"{times[m] / base:.2f}" if m in times else "-" for m in methods)
+                speedups = "".join(f"{times[m] / times['sg-c 2t']:.1f}x | " for m in rivals)
                 print(f"| {name} | {np.dtype(dtype).name} | {n:.0e} | {base * 1e3:.3f} ms | {cells} | "
-                      f"{gbps:.1f} | {100 * gbps / triad:.0f} |", flush=True)
+                      f"{gbps:.1f} | {100 * gbps / triad:.0f} | {speedups}", flush=True)
     c_backend.set_num_threads(os.cpu_count() or 1)
     print()
     print("\n".join(overhead_table(min_time, repeats)))
