@@ -90,7 +90,8 @@ def regroup_powers(assigns: Assignments, results: list[sympy.Expr], names) -> tu
     to SymPy, infinite over infinite in float32 from x = 2. A product of two or more powers whose rational
     exponents share an integer factor n >= ``REGROUP_MIN_EXPONENT`` gets its base product as a temporary
     of its own, raised once: ``t = x*(x**2 + 1)**(-1/2)``, ``t**125`` (exact for an integer n, whatever the
-    signs; the derivative is then taken of ``t**125``, not of its distributed form)."""
+    signs; the derivative is then taken of ``t**125``, not of its distributed form). Not when a base would
+    get an exponent strictly between 0 and 1 (see the comment)."""
     out: Assignments = []
 
     def regroup(e: sympy.Basic) -> sympy.Basic:
@@ -101,7 +102,9 @@ def regroup_powers(assigns: Assignments, results: list[sympy.Expr], names) -> tu
             powers = [i for i, a in enumerate(args)
                       if isinstance(a, Pow) and a.exp.is_Rational and not a.base.is_number]
             n = gcd(*[abs(args[i].exp.p) for i in powers]) if len(powers) >= 2 else 1
-            if n >= REGROUP_MIN_EXPONENT:
+            # not when a factor would become b**r with 0 < r < 1: its derivative is infinite at b = 0, where
+            # t**(n - 1) = 0 would make the gradient 0*inf (x**5*y**(5/2) has a finite one there)
+            if n >= REGROUP_MIN_EXPONENT and not any(0 < args[i].exp / n < 1 for i in powers):
                 sym = next(names)
                 out.append((sym, sympy.Mul(*[Pow(args[i].base, args[i].exp / n) for i in powers])))
                 rest = [a for i, a in enumerate(args) if i not in powers]

@@ -120,6 +120,13 @@ def test_a_distributed_power_is_raised_once(backend):
     def ratio_powers(x, y):
         return sg.tanh(sg.asinh(x))**125 + (x / y)**7
 
+    @sg.function
+    def root_power(x, y):
+        return (x * sg.sqrt(y))**5 + x**sympy.Rational(5, 3) * y**5   # left distributed: finite at 0
+
+    value, grads = root_power.value_and_vjp(np.array([1.0, 2.0, 0.0]), np.zeros(3), np.ones(3))
+    assert np.all(np.isfinite(value)) and all(np.array_equal(g, [0, 0, 0]) for g in grads), grads
+
     x = np.array([0.5, 2.0, 3.0, 10.0, 100.0, 1e6, -1e6])
     y = np.array([1.0, 2.0, -3.0, 9.0, 90.0, 2e6, 1e6])
     v64, g64 = ratio_powers.value_and_vjp(x, y, np.ones(7))

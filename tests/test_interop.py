@@ -348,7 +348,7 @@ class TestTorch:
         jac = torch.func.jacrev(self.op(m.gelu_tanh))(x[0])
         np.testing.assert_allclose(jac.numpy(), np.diag(m.gelu_tanh.vjp(x[0].numpy(), np.ones(3))[0]))
 
-    def test_tensor_leaked_from_a_transform(self, m):
+    def test_tensor_leaked_from_a_transform(self, m, monkeypatch):
         """A functorch wrapper that outlived its transform (a dead wrapper) is a valid input: it takes the
         custom op (the eager autograd.Function is applied below torch's unwrapping layer)."""
         torch = self.torch
@@ -362,6 +362,11 @@ class TestTorch:
         torch.testing.assert_close(torch.func.grad(loss)(x), torch.sigmoid(x))
         dead = leaked[0]
         assert torch._C._functorch.is_functorch_wrapped_tensor(dead)
+
+        def not_eager(*args):
+            raise AssertionError("a functorch wrapper reached the raw autograd.Function apply")
+
+        monkeypatch.setattr(op, "_eager_apply", not_eager)
         torch.testing.assert_close(op(dead), torch.nn.functional.softplus(2 * x))
 
     # -- torch.compile -------------------------------------------------------------------------------------
