@@ -7,7 +7,8 @@ program's straight-line body for ``i`` in ``[0, n)``. A scalar slot is one array
 float32 kernels are true float32: ``expf``, ``F`` literals, ``float`` temporaries, no double macro
 constants. The stable primitives (sigmoid, softplus, ...) are ``static inline`` helpers, Piecewise is a
 ternary (only the chosen branch's value reaches the result), small integer and half powers are expanded.
-Loops carry ``SG_LOOP`` (OpenMP ``parallel for simd`` above a size threshold, else ``omp simd``), and the
+Each program is a ``static`` loop over rows ``lo..hi-1`` (``SG_SIMD``: ``omp simd``) and the exported
+function, which runs it on all OpenMP threads from a size threshold on (``SG_ROWS``), else on one; the
 libm functions the file uses get ``declare simd`` prototypes so gcc can call glibc's libmvec; both are
 switched on by the build (``symgrad.build_c``) only when a test compile showed they work.
 """
@@ -258,7 +259,7 @@ class _Names:
     def __init__(self, program: Program) -> None:
         self.taken = {s.name for slot in (*program.inputs, *program.outputs) for s in (slot, *slot.symbols)}
         self.taken |= {a.target.name for a in program.body}
-        self.taken |= {"i", "n"}
+        self.taken |= {"i", "n", "lo", "hi"}
         self.renamed: dict[str, str] = {}
 
     def __call__(self, name: str) -> str:
@@ -317,12 +318,17 @@ class CEmitter:
         params = [f"const {dtype.ctype} {cname(s.name)}" if s.uniform else
                   f"const {dtype.ctype} *restrict {cname(s.name)}" for s in program.inputs]
         params += [f"{dtype.ctype} *restrict {cname(s.name)}" for s in program.outputs]
-        head = prototype(function_name(kernel, program, dtype), params)
+        name = function_name(kernel, program, dtype)
+        args = ", ".join(cname(s.name) for s in (*program.inputs, *program.outputs))
         body = "\n".join(f"        {line}" for line in lines)
-        return (f"/* {program.name} of {_comment(kernel.name)} [{_comment(kernel.origin)}], {dtype.ctype} */\n"
-                f"{head}\n{{\n"
-                f"    SG_LOOP({_parallel_min_rows(kernel, program)})\n"
-                f"    for (int64_t i = 0; i < n; ++i) {{\n{body}\n    }}\n}}")
+        title = f"{program.name} of {_comment(kernel.name)} [{_comment(kernel.origin)}], {dtype.ctype}"
+        return (f"/* {title}: rows lo to hi - 1 */\n"
+                f"{prototype(name + '_rows', params, 'static void', 'int64_t lo, int64_t hi')}\n{{\n"
+                f"    SG_SIMD\n"
+                f"    for (int64_t i = lo; i < hi; ++i) {{\n{body}\n    }}\n}}\n\n"
+                f"/* {title} */\n"
+                f"{prototype(name, params)}\n{{\n"
+                f"    SG_ROWS({_parallel_min_rows(kernel, program)}, {name}_rows, {args});\n}}")
 
     def __init__(self) -> None:
         self._printed: dict[int, tuple[Kernel, str, set, set]] = {}

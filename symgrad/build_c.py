@@ -38,7 +38,7 @@ from .errors import CompileError
 from .toolchain import (CompilerUnavailable, Toolchain, debug, debug_command, forget_toolchain,
                         run_command, toolchain)
 
-__all__ = ["load", "list_entries", "clear", "build_key", "module_name", "cdef_from_manifest", "prototype",
+__all__ = ["load", "load_extension", "list_entries", "clear", "build_key", "module_name", "cdef_from_manifest", "prototype",
            "CompilerUnavailable", "toolchain", "C_TYPES"]
 
 #: Bump when the build commands or the module layout change.
@@ -60,13 +60,13 @@ int sg_get_max_threads(void) { return 1; }
 SUPPORT_CDEF = "void sg_set_num_threads(int);\nint sg_get_max_threads(void);"
 
 
-def prototype(name: str, params: list[str]) -> str:
+def prototype(name: str, params: list[str], lead: str = "void", first: str = "int64_t n") -> str:
     """``void name(int64_t n, params...)``, wrapped one parameter per line when long."""
-    one_line = f"void {name}(int64_t n, {', '.join(params)})"
+    one_line = f"{lead} {name}({first}, {', '.join(params)})"
     if len(one_line) <= 110:
         return one_line
-    indent = " " * (len(name) + 6)
-    return f"void {name}(int64_t n,\n" + ",\n".join(indent + p for p in params) + ")"
+    indent = " " * (len(lead) + len(name) + 2)
+    return f"{lead} {name}({first},\n" + ",\n".join(indent + p for p in params) + ")"
 
 
 def cdef_from_manifest(manifest: dict) -> str:
@@ -148,13 +148,27 @@ def load(source: str, cdef: str, label: str = "kernels.c") -> ModuleType:
     ``CompileError`` (the compiler rejected the generated code)."""
     tc = toolchain()
     key = build_key(source, cdef, tc)
+    return _cached(key, label, lambda tmp: _cffi_steps(tmp, source, cdef, tc, key))
+
+
+def load_extension(source: str, label: str) -> ModuleType:
+    """A plain CPython extension module compiled from C ``source``, through the same cache as ``load``.
+
+    The source names its init function ``SG_CAT(PyInit_, SG_MODULE)`` and its module ``SG_STR(SG_MODULE)``:
+    the build defines those macros and ``SG_MODULE`` (the module name, from the key)."""
+    tc = toolchain()
+    key = build_key(source, "<CPython extension>", tc)
+    return _cached(key, label, lambda tmp: _extension_steps(tmp, source, tc, key))
+
+
+def _cached(key: str, label: str, prepare) -> ModuleType:
     name = module_name(key)
     if name in sys.modules:
         return sys.modules[name]
-    return in_cache(lambda root: _load_from(root / "c", source, cdef, tc, key, label))
+    return in_cache(lambda root: _load_from(root / "c", key, label, prepare))
 
 
-def _load_from(cdir: Path, source: str, cdef: str, tc: Toolchain, key: str, label: str) -> ModuleType:
+def _load_from(cdir: Path, key: str, label: str, prepare) -> ModuleType:
     cdir.mkdir(parents=True, exist_ok=True)
     name = module_name(key)
     entry = cdir / key
@@ -163,7 +177,7 @@ def _load_from(cdir: Path, source: str, cdef: str, tc: Toolchain, key: str, labe
         if not so.exists():
             if entry.exists():           # an entry without its module (deleted by hand, or a crash)
                 _remove(entry)
-            _build(source, cdef, tc, key, cdir, label)
+            _build(key, cdir, label, prepare)
         try:
             _verify(entry, so)           # dlopen of a truncated .so can crash the process (SIGBUS)
             return _import(name, so)
@@ -192,14 +206,14 @@ def _verify(entry: Path, so: Path) -> None:
         raise ImportError(f"{so} does not match the digest recorded when it was built")
 
 
-def _build(source: str, cdef: str, tc: Toolchain, key: str, cdir: Path, label: str) -> None:
+def _build(key: str, cdir: Path, label: str, prepare) -> None:
     """Compile in a private directory, then rename it to ``cdir/key`` (atomic publication).
 
-    ``kernels.c`` (-O3 and the probed flags) and cffi's wrapper (-O1: Python glue only, declaring the
-    kernels through the cdef) compile in parallel, then link."""
+    ``prepare(tmp)`` writes the sources into ``tmp`` and returns (main source file, compile commands, run
+    in parallel, link command)."""
     tmp = Path(tempfile.mkdtemp(dir=cdir, prefix=".tmp-"))
     try:
-        _build_in(tmp, source, cdef, tc, key, cdir, label)
+        _build_in(tmp, key, cdir, label, *prepare(tmp))
     except CompileError:                   # its message points at the kept generated files
         raise
     except BaseException:                  # a full disk or Ctrl-C: no half-built directory stays behind
@@ -207,7 +221,9 @@ def _build(source: str, cdef: str, tc: Toolchain, key: str, cdir: Path, label: s
         raise
 
 
-def _build_in(tmp: Path, source: str, cdef: str, tc: Toolchain, key: str, cdir: Path, label: str) -> None:
+def _cffi_steps(tmp: Path, source: str, cdef: str, tc: Toolchain, key: str) -> tuple:
+    """``kernels.c`` (-O3 and the probed flags) and cffi's wrapper (-O1: Python glue only, declaring the
+    kernels through the cdef) compile in parallel, then link."""
     import cffi
     name = module_name(key)
     (tmp / "kernels.c").write_text(source)
@@ -223,6 +239,19 @@ def _build_in(tmp: Path, source: str, cdef: str, tc: Toolchain, key: str, cdir: 
              [*tc.cc, "-O1", "-fPIC", *omp, f"-I{sysconfig.get_paths()['include']}", "-c", "-o", "wrapper.o",
               wrapper]]
     link = [*tc.cc, "-shared", *omp, "-o", _so_name(key), "kernels.o", "wrapper.o", *tc.libs]
+    return "kernels.c", steps, link
+
+
+def _extension_steps(tmp: Path, source: str, tc: Toolchain, key: str) -> tuple:
+    """One C file that includes Python.h, compiled with the probed flags (no OpenMP: it has no loops)."""
+    (tmp / "module.c").write_text(source)
+    flags = [f for f in tc.flags if f != "-fopenmp"]
+    step = [*tc.cc, *flags, *sanitize_flags(), f"-DSG_MODULE={module_name(key)}",
+            f"-I{sysconfig.get_paths()['include']}", "-c", "-o", "module.o", "module.c"]
+    return "module.c", [step], [*tc.cc, "-shared", *sanitize_flags(), "-o", _so_name(key), "module.o"]
+
+
+def _build_in(tmp: Path, key: str, cdir: Path, label: str, main: str, steps: list, link: list) -> None:
     started = time.perf_counter()
     for cmd in steps:
         debug_command(cmd)
@@ -237,13 +266,14 @@ def _build_in(tmp: Path, source: str, cdef: str, tc: Toolchain, key: str, cdir: 
     if failed_step is not None:
         if "No space left on device" in failed_step[1] or "Disk quota exceeded" in failed_step[1]:
             raise OSError(errno.ENOSPC, f"the C compiler could not write its output in {tmp}")
-        _fail(tmp, cdir, key, label, *failed_step)
+        _fail(tmp, cdir, key, label, main, *failed_step)
     (tmp / "build.json").write_text(json.dumps(
         {"key": key, "label": label, "so_sha256": _digest(tmp / _so_name(key)), "commands": [*steps, link],
-         "seconds": round(time.perf_counter() - started, 3), "toolchain": asdict(tc), "created": time.time()},
+         "seconds": round(time.perf_counter() - started, 3), "toolchain": asdict(toolchain()),
+         "created": time.time()},
         indent=1))
-    for leftover in ("kernels.o", "wrapper.o"):
-        (tmp / leftover).unlink(missing_ok=True)
+    for leftover in tmp.glob("*.o"):
+        leftover.unlink(missing_ok=True)
     entry = cdir / key
     try:
         os.replace(tmp, entry)           # atomic: the entry appears complete
@@ -253,7 +283,7 @@ def _build_in(tmp: Path, source: str, cdef: str, tc: Toolchain, key: str, cdir: 
         shutil.rmtree(tmp, ignore_errors=True)   # another process published the same build first
 
 
-def _fail(tmp: Path, cdir: Path, key: str, label: str, cmd: list[str], stderr: str) -> None:
+def _fail(tmp: Path, cdir: Path, key: str, label: str, main: str, cmd: list[str], stderr: str) -> None:
     """Keep the generated files under ``cdir/failed-<key>`` and raise CompileError pointing at them."""
     failed = cdir / f"failed-{key[:16]}"
     if failed.exists():
@@ -264,7 +294,7 @@ def _fail(tmp: Path, cdir: Path, key: str, label: str, cmd: list[str], stderr: s
         failed = tmp
     raise CompileError(
         f"the C compiler failed on the generated code of {label}.\n"
-        f"  generated C: {failed / 'kernels.c'}\n"
+        f"  generated C: {failed / main}\n"
         f"  command (in {failed}): {' '.join(shlex.quote(c) for c in cmd)}\n"
         f"compiler output:\n{stderr.strip()}")
 

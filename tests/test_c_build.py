@@ -287,6 +287,76 @@ def test_run_empty_and_scalar_batches(kernels):
     assert np.isclose(outs[0], np.sin(0.5) * np.exp(-4.0) + np.log(1 + 0.25 * 4.0))
 
 
+def test_run_copies_an_unaligned_input(kernels):
+    run = kernels.program("blend", "value_and_vjp", np.float64)
+    raw = np.zeros(8 * 12 + 1, np.uint8)
+    x = np.frombuffer(raw.data, np.float64, count=12, offset=1)   # a float64 view at an odd address
+    x[...] = np.linspace(-2, 2, 12)
+    assert not x.flags.aligned
+    for a, b in zip(run((x, 0.5, 1.0), (12,)), run((x.copy(), 0.5, 1.0), (12,))):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_cffi_call_matches_the_direct_call(package, kernels, monkeypatch):
+    """Where the direct-call extension cannot be built, the kernels run through cffi, with the same results."""
+    from symgrad.backends import direct
+    from symgrad.backends.c import CBackend
+    assert direct.caller() is not None               # this machine builds it: the other runs used it
+    monkeypatch.setattr(direct, "_caller", [None])
+    through_cffi = CBackend().load(package)
+    rng = np.random.default_rng(1)
+    x, y, g = (rng.normal(size=(4, 5)) for _ in range(3))
+    for program, args in (("value_and_vjp", (x, y, g)), ("forward", (x, y)),
+                          ("value_and_vjp", (np.asfortranarray(x), 0.5, g))):
+        got = through_cffi.program("blend", program, np.float64)(args, (4, 5))
+        want = kernels.program("blend", program, np.float64)(args, (4, 5))
+        for a, b in zip(got, want):
+            np.testing.assert_array_equal(a, b)
+    p = np.abs(rng.normal(size=(3, 3))).astype(np.float32)
+    s = np.ones(3, np.float32)
+    for a, b in zip(through_cffi.program("norm3", "forward", np.float32)((p, s), (3,)),
+                    kernels.program("norm3", "forward", np.float32)((p, s), (3,))):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_direct_call_refuses_bad_buffers(kernels):
+    from symgrad.backends import direct
+    call = direct.caller()
+    address = int(kernels.ffi.cast("uintptr_t", kernels.ffi.addressof(kernels.lib, "blend__forward_f64")))
+    x, y, out = np.ones(4), np.ones(4), np.zeros(4)
+    call(address, 4, 2, 8, x, y, out)
+    np.testing.assert_allclose(out, np.sin(1.0) * np.exp(-1.0) + np.log(2.0))
+    frozen = np.zeros(4)
+    frozen.flags.writeable = False
+    with pytest.raises((ValueError, BufferError)):
+        call(address, 4, 2, 8, x, y, frozen)              # a result must be writable
+    with pytest.raises(ValueError, match="not C-contiguous|contiguous"):
+        call(address, 4, 2, 8, np.ones(8)[::2], y, out)
+    with pytest.raises(TypeError, match="address, n, n_inputs, itemsize"):
+        call(address, 4, 2, 8)
+    assert not frozen.any()
+
+
+def test_parallel_rows_match_one_thread(kernels):
+    """From the threshold on the rows are split between the OpenMP threads: the same results, bit for bit,
+    for any split (an odd count included)."""
+    from symgrad.backends import c
+    run = kernels.program("blend", "value_and_vjp", np.float64)
+    rng = np.random.default_rng(2)
+    before = c.get_num_threads()
+    try:
+        for n in (300_001, 1 << 19):
+            x, y, g = (rng.normal(size=n) for _ in range(3))
+            c.set_num_threads(1)
+            one = run((x, y, g), (n,))
+            c.set_num_threads(2)
+            two = run((x, y, g), (n,))
+            for a, b in zip(one, two):
+                np.testing.assert_array_equal(a, b)
+    finally:
+        c.set_num_threads(before)
+
+
 def test_set_num_threads(kernels):
     from symgrad.backends import c
     before = c.get_num_threads()

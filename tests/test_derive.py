@@ -68,7 +68,9 @@ def test_a_squared_call_is_computed_once():
     for target in ("numpy", "c"):   # the printers write t**2 as t*t: a call in a power's base must be a temporary
         for program in squashed.compiled().source(target).split("\n\n"):
             code = "\n".join(line.split("#")[0].split("/*")[0] for line in program.splitlines()[1:])
-            if "squashed__" in program:   # every program: tanh' = 1 - tanh^2, (sin^3)' = 3 sin^2 cos, ...
+            # every program (in C: its rows loop; the exported function only calls it): tanh' = 1 - tanh^2,
+            # (sin^3)' = 3 sin^2 cos, ...
+            if "squashed__" in program and "SG_ROWS" not in program:
                 checked += 1
                 for call in ("tanh", "sin", "exp", "cos"):
                     assert code.count(call) <= 1, (call, code)

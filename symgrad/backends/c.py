@@ -2,8 +2,10 @@
 
 ``run(inputs, batch_shape)`` materializes each input as a contiguous, aligned array of exactly
 ``batch_shape + slot.shape`` (no copy when it already is one), allocates the results (large ones from
-``pool``, which saves their page faults) and calls the kernel once; cffi releases the GIL for the call.
-``ffi.from_buffer`` ignores dtypes, so the dtype and shape are checked here before any pointer is taken.
+``pool``, which saves their page faults) and calls the kernel once, with the GIL released. The call goes
+through ``direct`` (the arrays straight to the kernel), or through cffi for a kernel with a uniform input
+(a number passed by value) or when ``direct`` cannot be built. Neither looks at dtypes, so the dtype and
+shape are checked here before any pointer is taken.
 
 Threads: loops above a size threshold (see ``emitters/c.py``) run on every OpenMP thread; ``set_num_threads``
 changes the count, ``SYMGRAD_OPENMP=0`` builds without OpenMP. Unless ``OMP_WAIT_POLICY`` is already set,
@@ -19,7 +21,7 @@ from math import copysign, prod
 import numpy as np
 
 from .. import build_c
-from . import BackendUnavailable, Package, Run, pool, register_backend
+from . import BackendUnavailable, Package, Run, direct, pool, register_backend
 
 _SUFFIX = {np.dtype(np.float64): "f64", np.dtype(np.float32): "f32"}
 _loaded: list = []       # cffi modules loaded in this process (for set_num_threads)
@@ -69,19 +71,69 @@ class CKernels:
             except KeyError:
                 raise TypeError(f"{function}: the C kernels take float32 or float64, not {dtype}") from None
             in_shapes, out_shapes = self.slots[(function, program)]
-            self._runs[key] = _make_run(getattr(self.lib, f"{function}__{program}_{suffix}"),
-                                        self.ffi, dtype, in_shapes, out_shapes)
+            name = f"{function}__{program}_{suffix}"
+            call = direct.caller()
+            if call is not None and None not in in_shapes and len(in_shapes) + len(out_shapes) <= direct.MAX_ARRAYS:
+                address = int(self.ffi.cast("uintptr_t", self.ffi.addressof(self.lib, name)))
+                self._runs[key] = _direct_run(call, address, dtype, in_shapes, out_shapes)
+            else:
+                self._runs[key] = _make_run(getattr(self.lib, name), self.ffi, dtype, in_shapes, out_shapes)
         return self._runs[key]
 
 
+def _direct_run(call, address: int, dtype: np.dtype, in_shapes: list[tuple], out_shapes: list[tuple]) -> Run:
+    """``run`` through ``direct.call`` (no uniform inputs): the arrays go to the kernel as they are."""
+    ndarray, empty, pooled = np.ndarray, np.empty, pool.empty
+    ins, outs = tuple(in_shapes), tuple(out_shapes)
+    n_in, itemsize = len(ins), dtype.itemsize
+    elementwise = all(s == () for s in ins)
+    single = len(outs) == 1 and outs[0] == ()
+    # batches of fewer elements than this get plain np.empty results, without the pool's call
+    small = pool.POOL_MIN // dtype.itemsize // max([1, *(prod(t) for t in outs)])
+
+    def run(inputs: tuple, batch: tuple, out: tuple | None = None) -> tuple:
+        n = 1
+        for d in batch:
+            n *= d
+        args = [address, n, n_in, itemsize]
+        if elementwise:
+            for a in inputs:
+                if type(a) is not ndarray or a.dtype is not dtype or a.shape != batch:
+                    a = _materialize(a, batch, dtype)
+                args.append(a)
+        else:
+            for a, tail in zip(inputs, ins):
+                full = batch + tail
+                if type(a) is not ndarray or a.dtype is not dtype or a.shape != full:
+                    a = _materialize(a, full, dtype)
+                args.append(a)
+        if out is None:
+            make = empty if n < small else pooled
+            out = (make(batch, dtype),) if single else tuple([make(batch + tail, dtype) for tail in outs])
+        elif type(out) is not tuple:
+            out = tuple(out)
+        if n:
+            args += out
+            try:
+                call(*args)
+            except ValueError:          # an input that is not C-contiguous or not aligned: copy it
+                for k in range(n_in):
+                    a = args[4 + k]
+                    if not _usable(a.flags):
+                        args[4 + k] = _materialize(a, a.shape, dtype)
+                call(*args)
+        return out
+
+    return run
+
+
 def _make_run(fn, ffi, dtype: np.dtype, in_shapes: list[tuple], out_shapes: list[tuple]) -> Run:
+    """``run`` through cffi's call (a uniform input, or the direct call unavailable)."""
     ctype = ffi.typeof(f"{build_c.C_TYPES[_SUFFIX[dtype]]}[]")
     from_buffer = ffi.from_buffer
     ndarray, empty = np.ndarray, pool.empty
     ins = tuple(in_shapes)
     outs = tuple(out_shapes)
-    if all(s == () for s in ins):
-        return _elementwise_run(fn, from_buffer, ctype, dtype, outs)
 
     def run(inputs: tuple, batch: tuple, out: tuple | None = None) -> tuple:
         args = [prod(batch)]
@@ -100,38 +152,6 @@ def _make_run(fn, ffi, dtype: np.dtype, in_shapes: list[tuple], out_shapes: list
             args += [from_buffer(ctype, r) for r in results]
             fn(*args)
         return tuple(results)
-
-    return run
-
-
-def _elementwise_run(fn, from_buffer, ctype, dtype: np.dtype, out_shapes: tuple) -> Run:
-    """``run`` for kernels whose inputs are scalars per element (the tape's primitives, and their
-    value_and_jacobian): the same contract, fewer steps."""
-    ndarray, empty, pooled = np.ndarray, np.empty, pool.empty
-    single = len(out_shapes) == 1 and out_shapes[0] == ()
-    # batches of fewer elements than this get plain np.empty results, without the pool's call
-    small = pool.POOL_MIN // dtype.itemsize // max([1, *(prod(t) for t in out_shapes)])
-
-    def run(inputs: tuple, batch: tuple, out: tuple | None = None) -> tuple:
-        n = 1
-        for d in batch:
-            n *= d
-        args = [n]
-        for a in inputs:
-            if type(a) is not ndarray or a.dtype is not dtype or a.shape != batch or not _usable(a.flags):
-                a = _materialize(a, batch, dtype)
-            args.append(from_buffer(ctype, a))
-        if out is None:
-            if single:
-                out = (empty(batch, dtype) if n < small else pooled(batch, dtype),)
-            else:
-                make = empty if n < small else pooled
-                out = tuple([make(batch + tail, dtype) for tail in out_shapes])
-        if n:
-            for r in out:
-                args.append(from_buffer(ctype, r))
-            fn(*args)
-        return out
 
     return run
 

@@ -8,13 +8,27 @@
 #include <math.h>
 #include <stdint.h>
 
-/* SG_LOOP(min_n): with OpenMP (-fopenmp) the loop runs on all threads from min_n rows on, else it is a
-   vectorized serial loop (omp simd, honoured by -fopenmp-simd and ignored by a plain compile). */
+/* SG_SIMD: a vectorized loop (omp simd, honoured by -fopenmp-simd and ignored by a plain compile).
+   SG_ROWS(min_n, rows, args...): rows(0, n, args...) on one thread, or with OpenMP (-fopenmp) from min_n
+   rows on, split into one contiguous share per thread. The one-thread case stays outside OpenMP: a
+   parallel region costs ~0.4 us even when its if() clause keeps it serial. */
 #define SG_PRAGMA(x) _Pragma(#x)
+#define SG_SIMD SG_PRAGMA(omp simd)
 #if defined(_OPENMP)
-#define SG_LOOP(min_n) SG_PRAGMA(omp parallel for simd if(parallel: n >= min_n) schedule(static))
+#include <omp.h>
+static inline int64_t sg_lo(int64_t n)
+{
+    return n*omp_get_thread_num()/omp_get_num_threads();
+}
+static inline int64_t sg_hi(int64_t n)
+{
+    return n*(omp_get_thread_num() + 1)/omp_get_num_threads();
+}
+#define SG_ROWS(min_n, rows, ...) \
+    if (n >= (min_n)) { SG_PRAGMA(omp parallel) rows(sg_lo(n), sg_hi(n), __VA_ARGS__); } \
+    else rows(0, n, __VA_ARGS__)
 #else
-#define SG_LOOP(min_n) SG_PRAGMA(omp simd)
+#define SG_ROWS(min_n, rows, ...) rows(0, n, __VA_ARGS__)
 #endif
 
 /* glibc's libmvec has SIMD versions of these; <math.h> declares them only under -ffast-math.
@@ -73,6 +87,20 @@ static inline double sg_tanh_f64(double x)
 /* ---- square [model.py:10] ----
    out = x**2
    vjp x: 2*grad*x */
+/* value_and_vjp of square [model.py:10], double: rows lo to hi - 1 */
+static void square__value_and_vjp_f64_rows(int64_t lo, int64_t hi,
+                                           const double *restrict x,
+                                           const double *restrict grad,
+                                           double *restrict out,
+                                           double *restrict grad_x)
+{
+    SG_SIMD
+    for (int64_t i = lo; i < hi; ++i) {
+        out[i] = x[i]*x[i];  /* out = x**2 */
+        grad_x[i] = 2.0*grad[i]*x[i];  /* grad_x = d(out)/dx . grad */
+    }
+}
+
 /* value_and_vjp of square [model.py:10], double */
 void square__value_and_vjp_f64(int64_t n,
                                const double *restrict x,
@@ -80,19 +108,33 @@ void square__value_and_vjp_f64(int64_t n,
                                double *restrict out,
                                double *restrict grad_x)
 {
-    SG_LOOP(200000)
-    for (int64_t i = 0; i < n; ++i) {
+    SG_ROWS(200000, square__value_and_vjp_f64_rows, x, grad, out, grad_x);
+}
+
+/* forward of square [model.py:10], double: rows lo to hi - 1 */
+static void square__forward_f64_rows(int64_t lo, int64_t hi, const double *restrict x, double *restrict out)
+{
+    SG_SIMD
+    for (int64_t i = lo; i < hi; ++i) {
         out[i] = x[i]*x[i];  /* out = x**2 */
-        grad_x[i] = 2.0*grad[i]*x[i];  /* grad_x = d(out)/dx . grad */
     }
 }
 
 /* forward of square [model.py:10], double */
 void square__forward_f64(int64_t n, const double *restrict x, double *restrict out)
 {
-    SG_LOOP(200000)
-    for (int64_t i = 0; i < n; ++i) {
-        out[i] = x[i]*x[i];  /* out = x**2 */
+    SG_ROWS(200000, square__forward_f64_rows, x, out);
+}
+
+/* vjp of square [model.py:10], double: rows lo to hi - 1 */
+static void square__vjp_f64_rows(int64_t lo, int64_t hi,
+                                 const double *restrict x,
+                                 const double *restrict grad,
+                                 double *restrict grad_x)
+{
+    SG_SIMD
+    for (int64_t i = lo; i < hi; ++i) {
+        grad_x[i] = 2.0*grad[i]*x[i];  /* grad_x = d(out)/dx . grad */
     }
 }
 
@@ -102,9 +144,20 @@ void square__vjp_f64(int64_t n,
                      const double *restrict grad,
                      double *restrict grad_x)
 {
-    SG_LOOP(200000)
-    for (int64_t i = 0; i < n; ++i) {
-        grad_x[i] = 2.0*grad[i]*x[i];  /* grad_x = d(out)/dx . grad */
+    SG_ROWS(200000, square__vjp_f64_rows, x, grad, grad_x);
+}
+
+/* jvp of square [model.py:10], double: rows lo to hi - 1 */
+static void square__jvp_f64_rows(int64_t lo, int64_t hi,
+                                 const double *restrict x,
+                                 const double *restrict tangent_x,
+                                 double *restrict out,
+                                 double *restrict jvp_out)
+{
+    SG_SIMD
+    for (int64_t i = lo; i < hi; ++i) {
+        out[i] = x[i]*x[i];  /* out = x**2 */
+        jvp_out[i] = 2.0*tangent_x[i]*x[i];
     }
 }
 
@@ -115,10 +168,19 @@ void square__jvp_f64(int64_t n,
                      double *restrict out,
                      double *restrict jvp_out)
 {
-    SG_LOOP(200000)
-    for (int64_t i = 0; i < n; ++i) {
+    SG_ROWS(200000, square__jvp_f64_rows, x, tangent_x, out, jvp_out);
+}
+
+/* value_and_jacobian of square [model.py:10], double: rows lo to hi - 1 */
+static void square__value_and_jacobian_f64_rows(int64_t lo, int64_t hi,
+                                                const double *restrict x,
+                                                double *restrict out,
+                                                double *restrict jacobian)
+{
+    SG_SIMD
+    for (int64_t i = lo; i < hi; ++i) {
         out[i] = x[i]*x[i];  /* out = x**2 */
-        jvp_out[i] = 2.0*tangent_x[i]*x[i];
+        jacobian[i] = 2.0*x[i];
     }
 }
 
@@ -128,10 +190,20 @@ void square__value_and_jacobian_f64(int64_t n,
                                     double *restrict out,
                                     double *restrict jacobian)
 {
-    SG_LOOP(200000)
-    for (int64_t i = 0; i < n; ++i) {
+    SG_ROWS(200000, square__value_and_jacobian_f64_rows, x, out, jacobian);
+}
+
+/* value_and_vjp of square [model.py:10], float: rows lo to hi - 1 */
+static void square__value_and_vjp_f32_rows(int64_t lo, int64_t hi,
+                                           const float *restrict x,
+                                           const float *restrict grad,
+                                           float *restrict out,
+                                           float *restrict grad_x)
+{
+    SG_SIMD
+    for (int64_t i = lo; i < hi; ++i) {
         out[i] = x[i]*x[i];  /* out = x**2 */
-        jacobian[i] = 2.0*x[i];
+        grad_x[i] = 2.0F*grad[i]*x[i];  /* grad_x = d(out)/dx . grad */
     }
 }
 
@@ -142,28 +214,53 @@ void square__value_and_vjp_f32(int64_t n,
                                float *restrict out,
                                float *restrict grad_x)
 {
-    SG_LOOP(200000)
-    for (int64_t i = 0; i < n; ++i) {
+    SG_ROWS(200000, square__value_and_vjp_f32_rows, x, grad, out, grad_x);
+}
+
+/* forward of square [model.py:10], float: rows lo to hi - 1 */
+static void square__forward_f32_rows(int64_t lo, int64_t hi, const float *restrict x, float *restrict out)
+{
+    SG_SIMD
+    for (int64_t i = lo; i < hi; ++i) {
         out[i] = x[i]*x[i];  /* out = x**2 */
-        grad_x[i] = 2.0F*grad[i]*x[i];  /* grad_x = d(out)/dx . grad */
     }
 }
 
 /* forward of square [model.py:10], float */
 void square__forward_f32(int64_t n, const float *restrict x, float *restrict out)
 {
-    SG_LOOP(200000)
-    for (int64_t i = 0; i < n; ++i) {
-        out[i] = x[i]*x[i];  /* out = x**2 */
+    SG_ROWS(200000, square__forward_f32_rows, x, out);
+}
+
+/* vjp of square [model.py:10], float: rows lo to hi - 1 */
+static void square__vjp_f32_rows(int64_t lo, int64_t hi,
+                                 const float *restrict x,
+                                 const float *restrict grad,
+                                 float *restrict grad_x)
+{
+    SG_SIMD
+    for (int64_t i = lo; i < hi; ++i) {
+        grad_x[i] = 2.0F*grad[i]*x[i];  /* grad_x = d(out)/dx . grad */
     }
 }
 
 /* vjp of square [model.py:10], float */
 void square__vjp_f32(int64_t n, const float *restrict x, const float *restrict grad, float *restrict grad_x)
 {
-    SG_LOOP(200000)
-    for (int64_t i = 0; i < n; ++i) {
-        grad_x[i] = 2.0F*grad[i]*x[i];  /* grad_x = d(out)/dx . grad */
+    SG_ROWS(200000, square__vjp_f32_rows, x, grad, grad_x);
+}
+
+/* jvp of square [model.py:10], float: rows lo to hi - 1 */
+static void square__jvp_f32_rows(int64_t lo, int64_t hi,
+                                 const float *restrict x,
+                                 const float *restrict tangent_x,
+                                 float *restrict out,
+                                 float *restrict jvp_out)
+{
+    SG_SIMD
+    for (int64_t i = lo; i < hi; ++i) {
+        out[i] = x[i]*x[i];  /* out = x**2 */
+        jvp_out[i] = 2.0F*tangent_x[i]*x[i];
     }
 }
 
@@ -174,10 +271,19 @@ void square__jvp_f32(int64_t n,
                      float *restrict out,
                      float *restrict jvp_out)
 {
-    SG_LOOP(200000)
-    for (int64_t i = 0; i < n; ++i) {
+    SG_ROWS(200000, square__jvp_f32_rows, x, tangent_x, out, jvp_out);
+}
+
+/* value_and_jacobian of square [model.py:10], float: rows lo to hi - 1 */
+static void square__value_and_jacobian_f32_rows(int64_t lo, int64_t hi,
+                                                const float *restrict x,
+                                                float *restrict out,
+                                                float *restrict jacobian)
+{
+    SG_SIMD
+    for (int64_t i = lo; i < hi; ++i) {
         out[i] = x[i]*x[i];  /* out = x**2 */
-        jvp_out[i] = 2.0F*tangent_x[i]*x[i];
+        jacobian[i] = 2.0F*x[i];
     }
 }
 
@@ -187,16 +293,26 @@ void square__value_and_jacobian_f32(int64_t n,
                                     float *restrict out,
                                     float *restrict jacobian)
 {
-    SG_LOOP(200000)
-    for (int64_t i = 0; i < n; ++i) {
-        out[i] = x[i]*x[i];  /* out = x**2 */
-        jacobian[i] = 2.0F*x[i];
-    }
+    SG_ROWS(200000, square__value_and_jacobian_f32_rows, x, out, jacobian);
 }
 
 /* ---- neo_relu [model.py:15] ----
    out = where(x > 0, x, -0.1)
    vjp x: grad*where(x > 0, 1, 0) */
+/* value_and_vjp of neo_relu [model.py:15], double: rows lo to hi - 1 */
+static void neo_relu__value_and_vjp_f64_rows(int64_t lo, int64_t hi,
+                                             const double *restrict x,
+                                             const double *restrict grad,
+                                             double *restrict out,
+                                             double *restrict grad_x)
+{
+    SG_SIMD
+    for (int64_t i = lo; i < hi; ++i) {
+        out[i] = (x[i] > 0.0 ? x[i] : -0.1);  /* out = where(x > 0, x, -0.1) */
+        grad_x[i] = grad[i]*(x[i] > 0.0 ? 1.0 : 0.0);  /* grad_x = d(out)/dx . grad */
+    }
+}
+
 /* value_and_vjp of neo_relu [model.py:15], double */
 void neo_relu__value_and_vjp_f64(int64_t n,
                                  const double *restrict x,
@@ -204,19 +320,33 @@ void neo_relu__value_and_vjp_f64(int64_t n,
                                  double *restrict out,
                                  double *restrict grad_x)
 {
-    SG_LOOP(200000)
-    for (int64_t i = 0; i < n; ++i) {
+    SG_ROWS(200000, neo_relu__value_and_vjp_f64_rows, x, grad, out, grad_x);
+}
+
+/* forward of neo_relu [model.py:15], double: rows lo to hi - 1 */
+static void neo_relu__forward_f64_rows(int64_t lo, int64_t hi, const double *restrict x, double *restrict out)
+{
+    SG_SIMD
+    for (int64_t i = lo; i < hi; ++i) {
         out[i] = (x[i] > 0.0 ? x[i] : -0.1);  /* out = where(x > 0, x, -0.1) */
-        grad_x[i] = grad[i]*(x[i] > 0.0 ? 1.0 : 0.0);  /* grad_x = d(out)/dx . grad */
     }
 }
 
 /* forward of neo_relu [model.py:15], double */
 void neo_relu__forward_f64(int64_t n, const double *restrict x, double *restrict out)
 {
-    SG_LOOP(200000)
-    for (int64_t i = 0; i < n; ++i) {
-        out[i] = (x[i] > 0.0 ? x[i] : -0.1);  /* out = where(x > 0, x, -0.1) */
+    SG_ROWS(200000, neo_relu__forward_f64_rows, x, out);
+}
+
+/* vjp of neo_relu [model.py:15], double: rows lo to hi - 1 */
+static void neo_relu__vjp_f64_rows(int64_t lo, int64_t hi,
+                                   const double *restrict x,
+                                   const double *restrict grad,
+                                   double *restrict grad_x)
+{
+    SG_SIMD
+    for (int64_t i = lo; i < hi; ++i) {
+        grad_x[i] = grad[i]*(x[i] > 0.0 ? 1.0 : 0.0);  /* grad_x = d(out)/dx . grad */
     }
 }
 
@@ -226,9 +356,20 @@ void neo_relu__vjp_f64(int64_t n,
                        const double *restrict grad,
                        double *restrict grad_x)
 {
-    SG_LOOP(200000)
-    for (int64_t i = 0; i < n; ++i) {
-        grad_x[i] = grad[i]*(x[i] > 0.0 ? 1.0 : 0.0);  /* grad_x = d(out)/dx . grad */
+    SG_ROWS(200000, neo_relu__vjp_f64_rows, x, grad, grad_x);
+}
+
+/* jvp of neo_relu [model.py:15], double: rows lo to hi - 1 */
+static void neo_relu__jvp_f64_rows(int64_t lo, int64_t hi,
+                                   const double *restrict x,
+                                   const double *restrict tangent_x,
+                                   double *restrict out,
+                                   double *restrict jvp_out)
+{
+    SG_SIMD
+    for (int64_t i = lo; i < hi; ++i) {
+        out[i] = (x[i] > 0.0 ? x[i] : -0.1);  /* out = where(x > 0, x, -0.1) */
+        jvp_out[i] = tangent_x[i]*(x[i] > 0.0 ? 1.0 : 0.0);
     }
 }
 
@@ -239,10 +380,19 @@ void neo_relu__jvp_f64(int64_t n,
                        double *restrict out,
                        double *restrict jvp_out)
 {
-    SG_LOOP(200000)
-    for (int64_t i = 0; i < n; ++i) {
+    SG_ROWS(200000, neo_relu__jvp_f64_rows, x, tangent_x, out, jvp_out);
+}
+
+/* value_and_jacobian of neo_relu [model.py:15], double: rows lo to hi - 1 */
+static void neo_relu__value_and_jacobian_f64_rows(int64_t lo, int64_t hi,
+                                                  const double *restrict x,
+                                                  double *restrict out,
+                                                  double *restrict jacobian)
+{
+    SG_SIMD
+    for (int64_t i = lo; i < hi; ++i) {
         out[i] = (x[i] > 0.0 ? x[i] : -0.1);  /* out = where(x > 0, x, -0.1) */
-        jvp_out[i] = tangent_x[i]*(x[i] > 0.0 ? 1.0 : 0.0);
+        jacobian[i] = (x[i] > 0.0 ? 1.0 : 0.0);
     }
 }
 
@@ -252,10 +402,20 @@ void neo_relu__value_and_jacobian_f64(int64_t n,
                                       double *restrict out,
                                       double *restrict jacobian)
 {
-    SG_LOOP(200000)
-    for (int64_t i = 0; i < n; ++i) {
-        out[i] = (x[i] > 0.0 ? x[i] : -0.1);  /* out = where(x > 0, x, -0.1) */
-        jacobian[i] = (x[i] > 0.0 ? 1.0 : 0.0);
+    SG_ROWS(200000, neo_relu__value_and_jacobian_f64_rows, x, out, jacobian);
+}
+
+/* value_and_vjp of neo_relu [model.py:15], float: rows lo to hi - 1 */
+static void neo_relu__value_and_vjp_f32_rows(int64_t lo, int64_t hi,
+                                             const float *restrict x,
+                                             const float *restrict grad,
+                                             float *restrict out,
+                                             float *restrict grad_x)
+{
+    SG_SIMD
+    for (int64_t i = lo; i < hi; ++i) {
+        out[i] = (x[i] > 0.0F ? x[i] : -0.1F);  /* out = where(x > 0, x, -0.1) */
+        grad_x[i] = grad[i]*(x[i] > 0.0F ? 1.0F : 0.0F);  /* grad_x = d(out)/dx . grad */
     }
 }
 
@@ -266,28 +426,53 @@ void neo_relu__value_and_vjp_f32(int64_t n,
                                  float *restrict out,
                                  float *restrict grad_x)
 {
-    SG_LOOP(200000)
-    for (int64_t i = 0; i < n; ++i) {
+    SG_ROWS(200000, neo_relu__value_and_vjp_f32_rows, x, grad, out, grad_x);
+}
+
+/* forward of neo_relu [model.py:15], float: rows lo to hi - 1 */
+static void neo_relu__forward_f32_rows(int64_t lo, int64_t hi, const float *restrict x, float *restrict out)
+{
+    SG_SIMD
+    for (int64_t i = lo; i < hi; ++i) {
         out[i] = (x[i] > 0.0F ? x[i] : -0.1F);  /* out = where(x > 0, x, -0.1) */
-        grad_x[i] = grad[i]*(x[i] > 0.0F ? 1.0F : 0.0F);  /* grad_x = d(out)/dx . grad */
     }
 }
 
 /* forward of neo_relu [model.py:15], float */
 void neo_relu__forward_f32(int64_t n, const float *restrict x, float *restrict out)
 {
-    SG_LOOP(200000)
-    for (int64_t i = 0; i < n; ++i) {
-        out[i] = (x[i] > 0.0F ? x[i] : -0.1F);  /* out = where(x > 0, x, -0.1) */
+    SG_ROWS(200000, neo_relu__forward_f32_rows, x, out);
+}
+
+/* vjp of neo_relu [model.py:15], float: rows lo to hi - 1 */
+static void neo_relu__vjp_f32_rows(int64_t lo, int64_t hi,
+                                   const float *restrict x,
+                                   const float *restrict grad,
+                                   float *restrict grad_x)
+{
+    SG_SIMD
+    for (int64_t i = lo; i < hi; ++i) {
+        grad_x[i] = grad[i]*(x[i] > 0.0F ? 1.0F : 0.0F);  /* grad_x = d(out)/dx . grad */
     }
 }
 
 /* vjp of neo_relu [model.py:15], float */
 void neo_relu__vjp_f32(int64_t n, const float *restrict x, const float *restrict grad, float *restrict grad_x)
 {
-    SG_LOOP(200000)
-    for (int64_t i = 0; i < n; ++i) {
-        grad_x[i] = grad[i]*(x[i] > 0.0F ? 1.0F : 0.0F);  /* grad_x = d(out)/dx . grad */
+    SG_ROWS(200000, neo_relu__vjp_f32_rows, x, grad, grad_x);
+}
+
+/* jvp of neo_relu [model.py:15], float: rows lo to hi - 1 */
+static void neo_relu__jvp_f32_rows(int64_t lo, int64_t hi,
+                                   const float *restrict x,
+                                   const float *restrict tangent_x,
+                                   float *restrict out,
+                                   float *restrict jvp_out)
+{
+    SG_SIMD
+    for (int64_t i = lo; i < hi; ++i) {
+        out[i] = (x[i] > 0.0F ? x[i] : -0.1F);  /* out = where(x > 0, x, -0.1) */
+        jvp_out[i] = tangent_x[i]*(x[i] > 0.0F ? 1.0F : 0.0F);
     }
 }
 
@@ -298,10 +483,19 @@ void neo_relu__jvp_f32(int64_t n,
                        float *restrict out,
                        float *restrict jvp_out)
 {
-    SG_LOOP(200000)
-    for (int64_t i = 0; i < n; ++i) {
+    SG_ROWS(200000, neo_relu__jvp_f32_rows, x, tangent_x, out, jvp_out);
+}
+
+/* value_and_jacobian of neo_relu [model.py:15], float: rows lo to hi - 1 */
+static void neo_relu__value_and_jacobian_f32_rows(int64_t lo, int64_t hi,
+                                                  const float *restrict x,
+                                                  float *restrict out,
+                                                  float *restrict jacobian)
+{
+    SG_SIMD
+    for (int64_t i = lo; i < hi; ++i) {
         out[i] = (x[i] > 0.0F ? x[i] : -0.1F);  /* out = where(x > 0, x, -0.1) */
-        jvp_out[i] = tangent_x[i]*(x[i] > 0.0F ? 1.0F : 0.0F);
+        jacobian[i] = (x[i] > 0.0F ? 1.0F : 0.0F);
     }
 }
 
@@ -311,16 +505,27 @@ void neo_relu__value_and_jacobian_f32(int64_t n,
                                       float *restrict out,
                                       float *restrict jacobian)
 {
-    SG_LOOP(200000)
-    for (int64_t i = 0; i < n; ++i) {
-        out[i] = (x[i] > 0.0F ? x[i] : -0.1F);  /* out = where(x > 0, x, -0.1) */
-        jacobian[i] = (x[i] > 0.0F ? 1.0F : 0.0F);
-    }
+    SG_ROWS(200000, neo_relu__value_and_jacobian_f32_rows, x, out, jacobian);
 }
 
 /* ---- softplus [model.py:21] ----
    out = softplus(x)
    vjp x: grad*sigmoid(x) */
+/* value_and_vjp of softplus [model.py:21], double: rows lo to hi - 1 */
+static void softplus__value_and_vjp_f64_rows(int64_t lo, int64_t hi,
+                                             const double *restrict x,
+                                             const double *restrict grad,
+                                             double *restrict out,
+                                             double *restrict grad_x)
+{
+    SG_SIMD
+    for (int64_t i = lo; i < hi; ++i) {
+        const double t0 = exp(-fabs(x[i]));
+        out[i] = (x[i] > 0.0 ? x[i] : 0.0) + log1p(t0);  /* out = softplus(x) */
+        grad_x[i] = grad[i]*(x[i] >= 0.0 ? 1.0 : t0)/(1.0 + t0);  /* grad_x = d(out)/dx . grad */
+    }
+}
+
 /* value_and_vjp of softplus [model.py:21], double */
 void softplus__value_and_vjp_f64(int64_t n,
                                  const double *restrict x,
@@ -328,20 +533,34 @@ void softplus__value_and_vjp_f64(int64_t n,
                                  double *restrict out,
                                  double *restrict grad_x)
 {
-    SG_LOOP(200000)
-    for (int64_t i = 0; i < n; ++i) {
-        const double t0 = exp(-fabs(x[i]));
-        out[i] = (x[i] > 0.0 ? x[i] : 0.0) + log1p(t0);  /* out = softplus(x) */
-        grad_x[i] = grad[i]*(x[i] >= 0.0 ? 1.0 : t0)/(1.0 + t0);  /* grad_x = d(out)/dx . grad */
+    SG_ROWS(200000, softplus__value_and_vjp_f64_rows, x, grad, out, grad_x);
+}
+
+/* forward of softplus [model.py:21], double: rows lo to hi - 1 */
+static void softplus__forward_f64_rows(int64_t lo, int64_t hi, const double *restrict x, double *restrict out)
+{
+    SG_SIMD
+    for (int64_t i = lo; i < hi; ++i) {
+        out[i] = (x[i] > 0.0 ? x[i] : 0.0) + log1p(exp(-fabs(x[i])));  /* out = softplus(x) */
     }
 }
 
 /* forward of softplus [model.py:21], double */
 void softplus__forward_f64(int64_t n, const double *restrict x, double *restrict out)
 {
-    SG_LOOP(200000)
-    for (int64_t i = 0; i < n; ++i) {
-        out[i] = (x[i] > 0.0 ? x[i] : 0.0) + log1p(exp(-fabs(x[i])));  /* out = softplus(x) */
+    SG_ROWS(200000, softplus__forward_f64_rows, x, out);
+}
+
+/* vjp of softplus [model.py:21], double: rows lo to hi - 1 */
+static void softplus__vjp_f64_rows(int64_t lo, int64_t hi,
+                                   const double *restrict x,
+                                   const double *restrict grad,
+                                   double *restrict grad_x)
+{
+    SG_SIMD
+    for (int64_t i = lo; i < hi; ++i) {
+        const double t0 = exp(-fabs(x[i]));
+        grad_x[i] = grad[i]*(x[i] >= 0.0 ? 1.0 : t0)/(1.0 + t0);  /* grad_x = d(out)/dx . grad */
     }
 }
 
@@ -351,10 +570,21 @@ void softplus__vjp_f64(int64_t n,
                        const double *restrict grad,
                        double *restrict grad_x)
 {
-    SG_LOOP(200000)
-    for (int64_t i = 0; i < n; ++i) {
+    SG_ROWS(200000, softplus__vjp_f64_rows, x, grad, grad_x);
+}
+
+/* jvp of softplus [model.py:21], double: rows lo to hi - 1 */
+static void softplus__jvp_f64_rows(int64_t lo, int64_t hi,
+                                   const double *restrict x,
+                                   const double *restrict tangent_x,
+                                   double *restrict out,
+                                   double *restrict jvp_out)
+{
+    SG_SIMD
+    for (int64_t i = lo; i < hi; ++i) {
         const double t0 = exp(-fabs(x[i]));
-        grad_x[i] = grad[i]*(x[i] >= 0.0 ? 1.0 : t0)/(1.0 + t0);  /* grad_x = d(out)/dx . grad */
+        out[i] = (x[i] > 0.0 ? x[i] : 0.0) + log1p(t0);  /* out = softplus(x) */
+        jvp_out[i] = tangent_x[i]*(x[i] >= 0.0 ? 1.0 : t0)/(1.0 + t0);
     }
 }
 
@@ -365,11 +595,20 @@ void softplus__jvp_f64(int64_t n,
                        double *restrict out,
                        double *restrict jvp_out)
 {
-    SG_LOOP(200000)
-    for (int64_t i = 0; i < n; ++i) {
+    SG_ROWS(200000, softplus__jvp_f64_rows, x, tangent_x, out, jvp_out);
+}
+
+/* value_and_jacobian of softplus [model.py:21], double: rows lo to hi - 1 */
+static void softplus__value_and_jacobian_f64_rows(int64_t lo, int64_t hi,
+                                                  const double *restrict x,
+                                                  double *restrict out,
+                                                  double *restrict jacobian)
+{
+    SG_SIMD
+    for (int64_t i = lo; i < hi; ++i) {
         const double t0 = exp(-fabs(x[i]));
         out[i] = (x[i] > 0.0 ? x[i] : 0.0) + log1p(t0);  /* out = softplus(x) */
-        jvp_out[i] = tangent_x[i]*(x[i] >= 0.0 ? 1.0 : t0)/(1.0 + t0);
+        jacobian[i] = (x[i] >= 0.0 ? 1.0 : t0)/(1.0 + t0);
     }
 }
 
@@ -379,11 +618,21 @@ void softplus__value_and_jacobian_f64(int64_t n,
                                       double *restrict out,
                                       double *restrict jacobian)
 {
-    SG_LOOP(200000)
-    for (int64_t i = 0; i < n; ++i) {
-        const double t0 = exp(-fabs(x[i]));
-        out[i] = (x[i] > 0.0 ? x[i] : 0.0) + log1p(t0);  /* out = softplus(x) */
-        jacobian[i] = (x[i] >= 0.0 ? 1.0 : t0)/(1.0 + t0);
+    SG_ROWS(200000, softplus__value_and_jacobian_f64_rows, x, out, jacobian);
+}
+
+/* value_and_vjp of softplus [model.py:21], float: rows lo to hi - 1 */
+static void softplus__value_and_vjp_f32_rows(int64_t lo, int64_t hi,
+                                             const float *restrict x,
+                                             const float *restrict grad,
+                                             float *restrict out,
+                                             float *restrict grad_x)
+{
+    SG_SIMD
+    for (int64_t i = lo; i < hi; ++i) {
+        const float t0 = expf(-fabsf(x[i]));
+        out[i] = (x[i] > 0.0F ? x[i] : 0.0F) + log1pf(t0);  /* out = softplus(x) */
+        grad_x[i] = grad[i]*(x[i] >= 0.0F ? 1.0F : t0)/(1.0F + t0);  /* grad_x = d(out)/dx . grad */
     }
 }
 
@@ -394,30 +643,55 @@ void softplus__value_and_vjp_f32(int64_t n,
                                  float *restrict out,
                                  float *restrict grad_x)
 {
-    SG_LOOP(200000)
-    for (int64_t i = 0; i < n; ++i) {
-        const float t0 = expf(-fabsf(x[i]));
-        out[i] = (x[i] > 0.0F ? x[i] : 0.0F) + log1pf(t0);  /* out = softplus(x) */
-        grad_x[i] = grad[i]*(x[i] >= 0.0F ? 1.0F : t0)/(1.0F + t0);  /* grad_x = d(out)/dx . grad */
+    SG_ROWS(200000, softplus__value_and_vjp_f32_rows, x, grad, out, grad_x);
+}
+
+/* forward of softplus [model.py:21], float: rows lo to hi - 1 */
+static void softplus__forward_f32_rows(int64_t lo, int64_t hi, const float *restrict x, float *restrict out)
+{
+    SG_SIMD
+    for (int64_t i = lo; i < hi; ++i) {
+        out[i] = (x[i] > 0.0F ? x[i] : 0.0F) + log1pf(expf(-fabsf(x[i])));  /* out = softplus(x) */
     }
 }
 
 /* forward of softplus [model.py:21], float */
 void softplus__forward_f32(int64_t n, const float *restrict x, float *restrict out)
 {
-    SG_LOOP(200000)
-    for (int64_t i = 0; i < n; ++i) {
-        out[i] = (x[i] > 0.0F ? x[i] : 0.0F) + log1pf(expf(-fabsf(x[i])));  /* out = softplus(x) */
+    SG_ROWS(200000, softplus__forward_f32_rows, x, out);
+}
+
+/* vjp of softplus [model.py:21], float: rows lo to hi - 1 */
+static void softplus__vjp_f32_rows(int64_t lo, int64_t hi,
+                                   const float *restrict x,
+                                   const float *restrict grad,
+                                   float *restrict grad_x)
+{
+    SG_SIMD
+    for (int64_t i = lo; i < hi; ++i) {
+        const float t0 = expf(-fabsf(x[i]));
+        grad_x[i] = grad[i]*(x[i] >= 0.0F ? 1.0F : t0)/(1.0F + t0);  /* grad_x = d(out)/dx . grad */
     }
 }
 
 /* vjp of softplus [model.py:21], float */
 void softplus__vjp_f32(int64_t n, const float *restrict x, const float *restrict grad, float *restrict grad_x)
 {
-    SG_LOOP(200000)
-    for (int64_t i = 0; i < n; ++i) {
+    SG_ROWS(200000, softplus__vjp_f32_rows, x, grad, grad_x);
+}
+
+/* jvp of softplus [model.py:21], float: rows lo to hi - 1 */
+static void softplus__jvp_f32_rows(int64_t lo, int64_t hi,
+                                   const float *restrict x,
+                                   const float *restrict tangent_x,
+                                   float *restrict out,
+                                   float *restrict jvp_out)
+{
+    SG_SIMD
+    for (int64_t i = lo; i < hi; ++i) {
         const float t0 = expf(-fabsf(x[i]));
-        grad_x[i] = grad[i]*(x[i] >= 0.0F ? 1.0F : t0)/(1.0F + t0);  /* grad_x = d(out)/dx . grad */
+        out[i] = (x[i] > 0.0F ? x[i] : 0.0F) + log1pf(t0);  /* out = softplus(x) */
+        jvp_out[i] = tangent_x[i]*(x[i] >= 0.0F ? 1.0F : t0)/(1.0F + t0);
     }
 }
 
@@ -428,11 +702,20 @@ void softplus__jvp_f32(int64_t n,
                        float *restrict out,
                        float *restrict jvp_out)
 {
-    SG_LOOP(200000)
-    for (int64_t i = 0; i < n; ++i) {
+    SG_ROWS(200000, softplus__jvp_f32_rows, x, tangent_x, out, jvp_out);
+}
+
+/* value_and_jacobian of softplus [model.py:21], float: rows lo to hi - 1 */
+static void softplus__value_and_jacobian_f32_rows(int64_t lo, int64_t hi,
+                                                  const float *restrict x,
+                                                  float *restrict out,
+                                                  float *restrict jacobian)
+{
+    SG_SIMD
+    for (int64_t i = lo; i < hi; ++i) {
         const float t0 = expf(-fabsf(x[i]));
         out[i] = (x[i] > 0.0F ? x[i] : 0.0F) + log1pf(t0);  /* out = softplus(x) */
-        jvp_out[i] = tangent_x[i]*(x[i] >= 0.0F ? 1.0F : t0)/(1.0F + t0);
+        jacobian[i] = (x[i] >= 0.0F ? 1.0F : t0)/(1.0F + t0);
     }
 }
 
@@ -442,29 +725,24 @@ void softplus__value_and_jacobian_f32(int64_t n,
                                       float *restrict out,
                                       float *restrict jacobian)
 {
-    SG_LOOP(200000)
-    for (int64_t i = 0; i < n; ++i) {
-        const float t0 = expf(-fabsf(x[i]));
-        out[i] = (x[i] > 0.0F ? x[i] : 0.0F) + log1pf(t0);  /* out = softplus(x) */
-        jacobian[i] = (x[i] >= 0.0F ? 1.0F : t0)/(1.0F + t0);
-    }
+    SG_ROWS(200000, softplus__value_and_jacobian_f32_rows, x, out, jacobian);
 }
 
 /* ---- blend [model.py:27] ----
    out = exp(-y**2)*sin(x) + log1p(x**2*y**2)
    vjp x: grad*(exp(-y**2)*cos(x) + 2*x*y**2/(1 + x**2*y**2))
    vjp y: grad*(-2*y*exp(-y**2)*sin(x) + 2*x**2*y/(1 + x**2*y**2)) */
-/* value_and_vjp of blend [model.py:27], double */
-void blend__value_and_vjp_f64(int64_t n,
-                              const double *restrict x,
-                              const double *restrict y,
-                              const double *restrict grad,
-                              double *restrict out,
-                              double *restrict grad_x,
-                              double *restrict grad_y)
+/* value_and_vjp of blend [model.py:27], double: rows lo to hi - 1 */
+static void blend__value_and_vjp_f64_rows(int64_t lo, int64_t hi,
+                                          const double *restrict x,
+                                          const double *restrict y,
+                                          const double *restrict grad,
+                                          double *restrict out,
+                                          double *restrict grad_x,
+                                          double *restrict grad_y)
 {
-    SG_LOOP(86956)
-    for (int64_t i = 0; i < n; ++i) {
+    SG_SIMD
+    for (int64_t i = lo; i < hi; ++i) {
         const double t0 = y[i]*y[i];
         const double t1 = x[i]*x[i];
         const double t2 = t0*t1;
@@ -477,13 +755,53 @@ void blend__value_and_vjp_f64(int64_t n,
     }
 }
 
+/* value_and_vjp of blend [model.py:27], double */
+void blend__value_and_vjp_f64(int64_t n,
+                              const double *restrict x,
+                              const double *restrict y,
+                              const double *restrict grad,
+                              double *restrict out,
+                              double *restrict grad_x,
+                              double *restrict grad_y)
+{
+    SG_ROWS(86956, blend__value_and_vjp_f64_rows, x, y, grad, out, grad_x, grad_y);
+}
+
+/* forward of blend [model.py:27], double: rows lo to hi - 1 */
+static void blend__forward_f64_rows(int64_t lo, int64_t hi,
+                                    const double *restrict x,
+                                    const double *restrict y,
+                                    double *restrict out)
+{
+    SG_SIMD
+    for (int64_t i = lo; i < hi; ++i) {
+        const double t0 = y[i]*y[i];
+        out[i] = exp(-t0)*sin(x[i]) + log1p(t0*x[i]*x[i]);  /* out = exp(-y**2)*sin(x) + log1p(x**2*y**2) */
+    }
+}
+
 /* forward of blend [model.py:27], double */
 void blend__forward_f64(int64_t n, const double *restrict x, const double *restrict y, double *restrict out)
 {
-    SG_LOOP(200000)
-    for (int64_t i = 0; i < n; ++i) {
+    SG_ROWS(200000, blend__forward_f64_rows, x, y, out);
+}
+
+/* vjp of blend [model.py:27], double: rows lo to hi - 1 */
+static void blend__vjp_f64_rows(int64_t lo, int64_t hi,
+                                const double *restrict x,
+                                const double *restrict y,
+                                const double *restrict grad,
+                                double *restrict grad_x,
+                                double *restrict grad_y)
+{
+    SG_SIMD
+    for (int64_t i = lo; i < hi; ++i) {
         const double t0 = y[i]*y[i];
-        out[i] = exp(-t0)*sin(x[i]) + log1p(t0*x[i]*x[i]);  /* out = exp(-y**2)*sin(x) + log1p(x**2*y**2) */
+        const double t1 = x[i]*x[i];
+        const double t3 = exp(-t0);
+        const double t5 = 1.0/(1.0 + t0*t1);
+        grad_x[i] = grad[i]*(t3*sg_cos_f64(x[i]) + 2.0*t0*t5*x[i]);  /* grad_x = d(out)/dx . grad */
+        grad_y[i] = 2.0*grad[i]*y[i]*(t1*t5 - t3*sin(x[i]));  /* grad_y = d(out)/dy . grad */
     }
 }
 
@@ -495,14 +813,28 @@ void blend__vjp_f64(int64_t n,
                     double *restrict grad_x,
                     double *restrict grad_y)
 {
-    SG_LOOP(95238)
-    for (int64_t i = 0; i < n; ++i) {
+    SG_ROWS(95238, blend__vjp_f64_rows, x, y, grad, grad_x, grad_y);
+}
+
+/* jvp of blend [model.py:27], double: rows lo to hi - 1 */
+static void blend__jvp_f64_rows(int64_t lo, int64_t hi,
+                                const double *restrict x,
+                                const double *restrict y,
+                                const double *restrict tangent_x,
+                                const double *restrict tangent_y,
+                                double *restrict out,
+                                double *restrict jvp_out)
+{
+    SG_SIMD
+    for (int64_t i = lo; i < hi; ++i) {
         const double t0 = y[i]*y[i];
         const double t1 = x[i]*x[i];
+        const double t2 = t0*t1;
         const double t3 = exp(-t0);
-        const double t5 = 1.0/(1.0 + t0*t1);
-        grad_x[i] = grad[i]*(t3*sg_cos_f64(x[i]) + 2.0*t0*t5*x[i]);  /* grad_x = d(out)/dx . grad */
-        grad_y[i] = 2.0*grad[i]*y[i]*(t1*t5 - t3*sin(x[i]));  /* grad_y = d(out)/dy . grad */
+        const double t4 = t3*sin(x[i]);
+        out[i] = t4 + log1p(t2);  /* out = exp(-y**2)*sin(x) + log1p(x**2*y**2) */
+        const double t5 = 1.0/(1.0 + t2);
+        jvp_out[i] = tangent_x[i]*(t3*sg_cos_f64(x[i]) + 2.0*t0*t5*x[i]) + 2.0*tangent_y[i]*y[i]*(-t4 + t1*t5);
     }
 }
 
@@ -515,28 +847,18 @@ void blend__jvp_f64(int64_t n,
                     double *restrict out,
                     double *restrict jvp_out)
 {
-    SG_LOOP(83333)
-    for (int64_t i = 0; i < n; ++i) {
-        const double t0 = y[i]*y[i];
-        const double t1 = x[i]*x[i];
-        const double t2 = t0*t1;
-        const double t3 = exp(-t0);
-        const double t4 = t3*sin(x[i]);
-        out[i] = t4 + log1p(t2);  /* out = exp(-y**2)*sin(x) + log1p(x**2*y**2) */
-        const double t5 = 1.0/(1.0 + t2);
-        jvp_out[i] = tangent_x[i]*(t3*sg_cos_f64(x[i]) + 2.0*t0*t5*x[i]) + 2.0*tangent_y[i]*y[i]*(-t4 + t1*t5);
-    }
+    SG_ROWS(83333, blend__jvp_f64_rows, x, y, tangent_x, tangent_y, out, jvp_out);
 }
 
-/* value_and_jacobian of blend [model.py:27], double */
-void blend__value_and_jacobian_f64(int64_t n,
-                                   const double *restrict x,
-                                   const double *restrict y,
-                                   double *restrict out,
-                                   double *restrict jacobian)
+/* value_and_jacobian of blend [model.py:27], double: rows lo to hi - 1 */
+static void blend__value_and_jacobian_f64_rows(int64_t lo, int64_t hi,
+                                               const double *restrict x,
+                                               const double *restrict y,
+                                               double *restrict out,
+                                               double *restrict jacobian)
 {
-    SG_LOOP(95238)
-    for (int64_t i = 0; i < n; ++i) {
+    SG_SIMD
+    for (int64_t i = lo; i < hi; ++i) {
         const double t0 = y[i]*y[i];
         const double t1 = x[i]*x[i];
         const double t2 = t0*t1;
@@ -549,17 +871,27 @@ void blend__value_and_jacobian_f64(int64_t n,
     }
 }
 
-/* value_and_vjp of blend [model.py:27], float */
-void blend__value_and_vjp_f32(int64_t n,
-                              const float *restrict x,
-                              const float *restrict y,
-                              const float *restrict grad,
-                              float *restrict out,
-                              float *restrict grad_x,
-                              float *restrict grad_y)
+/* value_and_jacobian of blend [model.py:27], double */
+void blend__value_and_jacobian_f64(int64_t n,
+                                   const double *restrict x,
+                                   const double *restrict y,
+                                   double *restrict out,
+                                   double *restrict jacobian)
 {
-    SG_LOOP(86956)
-    for (int64_t i = 0; i < n; ++i) {
+    SG_ROWS(95238, blend__value_and_jacobian_f64_rows, x, y, out, jacobian);
+}
+
+/* value_and_vjp of blend [model.py:27], float: rows lo to hi - 1 */
+static void blend__value_and_vjp_f32_rows(int64_t lo, int64_t hi,
+                                          const float *restrict x,
+                                          const float *restrict y,
+                                          const float *restrict grad,
+                                          float *restrict out,
+                                          float *restrict grad_x,
+                                          float *restrict grad_y)
+{
+    SG_SIMD
+    for (int64_t i = lo; i < hi; ++i) {
         const float t0 = y[i]*y[i];
         const float t1 = x[i]*x[i];
         const float t2 = t0*t1;
@@ -572,13 +904,53 @@ void blend__value_and_vjp_f32(int64_t n,
     }
 }
 
+/* value_and_vjp of blend [model.py:27], float */
+void blend__value_and_vjp_f32(int64_t n,
+                              const float *restrict x,
+                              const float *restrict y,
+                              const float *restrict grad,
+                              float *restrict out,
+                              float *restrict grad_x,
+                              float *restrict grad_y)
+{
+    SG_ROWS(86956, blend__value_and_vjp_f32_rows, x, y, grad, out, grad_x, grad_y);
+}
+
+/* forward of blend [model.py:27], float: rows lo to hi - 1 */
+static void blend__forward_f32_rows(int64_t lo, int64_t hi,
+                                    const float *restrict x,
+                                    const float *restrict y,
+                                    float *restrict out)
+{
+    SG_SIMD
+    for (int64_t i = lo; i < hi; ++i) {
+        const float t0 = y[i]*y[i];
+        out[i] = expf(-t0)*sinf(x[i]) + log1pf(t0*x[i]*x[i]);  /* out = exp(-y**2)*sin(x) + log1p(x**2*y**2) */
+    }
+}
+
 /* forward of blend [model.py:27], float */
 void blend__forward_f32(int64_t n, const float *restrict x, const float *restrict y, float *restrict out)
 {
-    SG_LOOP(200000)
-    for (int64_t i = 0; i < n; ++i) {
+    SG_ROWS(200000, blend__forward_f32_rows, x, y, out);
+}
+
+/* vjp of blend [model.py:27], float: rows lo to hi - 1 */
+static void blend__vjp_f32_rows(int64_t lo, int64_t hi,
+                                const float *restrict x,
+                                const float *restrict y,
+                                const float *restrict grad,
+                                float *restrict grad_x,
+                                float *restrict grad_y)
+{
+    SG_SIMD
+    for (int64_t i = lo; i < hi; ++i) {
         const float t0 = y[i]*y[i];
-        out[i] = expf(-t0)*sinf(x[i]) + log1pf(t0*x[i]*x[i]);  /* out = exp(-y**2)*sin(x) + log1p(x**2*y**2) */
+        const float t1 = x[i]*x[i];
+        const float t3 = expf(-t0);
+        const float t5 = 1.0F/(1.0F + t0*t1);
+        grad_x[i] = grad[i]*(t3*sg_cos_f32(x[i]) + 2.0F*t0*t5*x[i]);  /* grad_x = d(out)/dx . grad */
+        grad_y[i] = 2.0F*grad[i]*y[i]*(t1*t5 - t3*sinf(x[i]));  /* grad_y = d(out)/dy . grad */
     }
 }
 
@@ -590,14 +962,28 @@ void blend__vjp_f32(int64_t n,
                     float *restrict grad_x,
                     float *restrict grad_y)
 {
-    SG_LOOP(95238)
-    for (int64_t i = 0; i < n; ++i) {
+    SG_ROWS(95238, blend__vjp_f32_rows, x, y, grad, grad_x, grad_y);
+}
+
+/* jvp of blend [model.py:27], float: rows lo to hi - 1 */
+static void blend__jvp_f32_rows(int64_t lo, int64_t hi,
+                                const float *restrict x,
+                                const float *restrict y,
+                                const float *restrict tangent_x,
+                                const float *restrict tangent_y,
+                                float *restrict out,
+                                float *restrict jvp_out)
+{
+    SG_SIMD
+    for (int64_t i = lo; i < hi; ++i) {
         const float t0 = y[i]*y[i];
         const float t1 = x[i]*x[i];
+        const float t2 = t0*t1;
         const float t3 = expf(-t0);
-        const float t5 = 1.0F/(1.0F + t0*t1);
-        grad_x[i] = grad[i]*(t3*sg_cos_f32(x[i]) + 2.0F*t0*t5*x[i]);  /* grad_x = d(out)/dx . grad */
-        grad_y[i] = 2.0F*grad[i]*y[i]*(t1*t5 - t3*sinf(x[i]));  /* grad_y = d(out)/dy . grad */
+        const float t4 = t3*sinf(x[i]);
+        out[i] = t4 + log1pf(t2);  /* out = exp(-y**2)*sin(x) + log1p(x**2*y**2) */
+        const float t5 = 1.0F/(1.0F + t2);
+        jvp_out[i] = tangent_x[i]*(t3*sg_cos_f32(x[i]) + 2.0F*t0*t5*x[i]) + 2.0F*tangent_y[i]*y[i]*(-t4 + t1*t5);
     }
 }
 
@@ -610,28 +996,18 @@ void blend__jvp_f32(int64_t n,
                     float *restrict out,
                     float *restrict jvp_out)
 {
-    SG_LOOP(83333)
-    for (int64_t i = 0; i < n; ++i) {
-        const float t0 = y[i]*y[i];
-        const float t1 = x[i]*x[i];
-        const float t2 = t0*t1;
-        const float t3 = expf(-t0);
-        const float t4 = t3*sinf(x[i]);
-        out[i] = t4 + log1pf(t2);  /* out = exp(-y**2)*sin(x) + log1p(x**2*y**2) */
-        const float t5 = 1.0F/(1.0F + t2);
-        jvp_out[i] = tangent_x[i]*(t3*sg_cos_f32(x[i]) + 2.0F*t0*t5*x[i]) + 2.0F*tangent_y[i]*y[i]*(-t4 + t1*t5);
-    }
+    SG_ROWS(83333, blend__jvp_f32_rows, x, y, tangent_x, tangent_y, out, jvp_out);
 }
 
-/* value_and_jacobian of blend [model.py:27], float */
-void blend__value_and_jacobian_f32(int64_t n,
-                                   const float *restrict x,
-                                   const float *restrict y,
-                                   float *restrict out,
-                                   float *restrict jacobian)
+/* value_and_jacobian of blend [model.py:27], float: rows lo to hi - 1 */
+static void blend__value_and_jacobian_f32_rows(int64_t lo, int64_t hi,
+                                               const float *restrict x,
+                                               const float *restrict y,
+                                               float *restrict out,
+                                               float *restrict jacobian)
 {
-    SG_LOOP(95238)
-    for (int64_t i = 0; i < n; ++i) {
+    SG_SIMD
+    for (int64_t i = lo; i < hi; ++i) {
         const float t0 = y[i]*y[i];
         const float t1 = x[i]*x[i];
         const float t2 = t0*t1;
@@ -644,18 +1020,28 @@ void blend__value_and_jacobian_f32(int64_t n,
     }
 }
 
+/* value_and_jacobian of blend [model.py:27], float */
+void blend__value_and_jacobian_f32(int64_t n,
+                                   const float *restrict x,
+                                   const float *restrict y,
+                                   float *restrict out,
+                                   float *restrict jacobian)
+{
+    SG_ROWS(95238, blend__value_and_jacobian_f32_rows, x, y, out, jacobian);
+}
+
 /* ---- gelu_tanh [model.py:32] ----
    out = 0.5*x*(1 + tanh(sqrt(2)*(x + 0.044715*x**3)/sqrt(pi)))
    vjp x: grad*(0.5 + 0.5*tanh(sqrt(2)*(x + 0.044715*x**3)/sqrt(pi)) + 0.5*sqrt(2)*x*(1 - tanh(sqrt(2)*(x + 0.044715*x**3)/sqrt(pi))**2)*(1 + 0.134145*x**2)/sqrt(pi)) */
-/* value_and_vjp of gelu_tanh [model.py:32], double */
-void gelu_tanh__value_and_vjp_f64(int64_t n,
-                                  const double *restrict x,
-                                  const double *restrict grad,
-                                  double *restrict out,
-                                  double *restrict grad_x)
+/* value_and_vjp of gelu_tanh [model.py:32], double: rows lo to hi - 1 */
+static void gelu_tanh__value_and_vjp_f64_rows(int64_t lo, int64_t hi,
+                                              const double *restrict x,
+                                              const double *restrict grad,
+                                              double *restrict out,
+                                              double *restrict grad_x)
 {
-    SG_LOOP(80000)
-    for (int64_t i = 0; i < n; ++i) {
+    SG_SIMD
+    for (int64_t i = lo; i < hi; ++i) {
         const double t0 = 0.5*x[i];
         const double t1 = sqrt(2.0)/sqrt(3.141592653589793);
         const double t2 = sg_tanh_f64(t1*(x[i] + 0.044715*x[i]*x[i]*x[i]));
@@ -664,12 +1050,44 @@ void gelu_tanh__value_and_vjp_f64(int64_t n,
     }
 }
 
+/* value_and_vjp of gelu_tanh [model.py:32], double */
+void gelu_tanh__value_and_vjp_f64(int64_t n,
+                                  const double *restrict x,
+                                  const double *restrict grad,
+                                  double *restrict out,
+                                  double *restrict grad_x)
+{
+    SG_ROWS(80000, gelu_tanh__value_and_vjp_f64_rows, x, grad, out, grad_x);
+}
+
+/* forward of gelu_tanh [model.py:32], double: rows lo to hi - 1 */
+static void gelu_tanh__forward_f64_rows(int64_t lo, int64_t hi,
+                                        const double *restrict x,
+                                        double *restrict out)
+{
+    SG_SIMD
+    for (int64_t i = lo; i < hi; ++i) {
+        out[i] = 0.5*x[i]*(1.0 + sg_tanh_f64(sqrt(2.0)*(x[i] + 0.044715*x[i]*x[i]*x[i])/sqrt(3.141592653589793)));  /* out = 0.5*x*(1 + tanh(sqrt(2)*(x + 0.044715*x**3)/sqrt(pi))) */
+    }
+}
+
 /* forward of gelu_tanh [model.py:32], double */
 void gelu_tanh__forward_f64(int64_t n, const double *restrict x, double *restrict out)
 {
-    SG_LOOP(153846)
-    for (int64_t i = 0; i < n; ++i) {
-        out[i] = 0.5*x[i]*(1.0 + sg_tanh_f64(sqrt(2.0)*(x[i] + 0.044715*x[i]*x[i]*x[i])/sqrt(3.141592653589793)));  /* out = 0.5*x*(1 + tanh(sqrt(2)*(x + 0.044715*x**3)/sqrt(pi))) */
+    SG_ROWS(153846, gelu_tanh__forward_f64_rows, x, out);
+}
+
+/* vjp of gelu_tanh [model.py:32], double: rows lo to hi - 1 */
+static void gelu_tanh__vjp_f64_rows(int64_t lo, int64_t hi,
+                                    const double *restrict x,
+                                    const double *restrict grad,
+                                    double *restrict grad_x)
+{
+    SG_SIMD
+    for (int64_t i = lo; i < hi; ++i) {
+        const double t1 = sqrt(2.0)/sqrt(3.141592653589793);
+        const double t2 = sg_tanh_f64(t1*(x[i] + 0.044715*x[i]*x[i]*x[i]));
+        grad_x[i] = grad[i]*(0.5 + 0.5*t2 + 0.5*t1*x[i]*(1.0 - (t2*t2))*(1.0 + 0.134145*x[i]*x[i]));  /* grad_x = d(out)/dx . grad */
     }
 }
 
@@ -679,11 +1097,23 @@ void gelu_tanh__vjp_f64(int64_t n,
                         const double *restrict grad,
                         double *restrict grad_x)
 {
-    SG_LOOP(86956)
-    for (int64_t i = 0; i < n; ++i) {
+    SG_ROWS(86956, gelu_tanh__vjp_f64_rows, x, grad, grad_x);
+}
+
+/* jvp of gelu_tanh [model.py:32], double: rows lo to hi - 1 */
+static void gelu_tanh__jvp_f64_rows(int64_t lo, int64_t hi,
+                                    const double *restrict x,
+                                    const double *restrict tangent_x,
+                                    double *restrict out,
+                                    double *restrict jvp_out)
+{
+    SG_SIMD
+    for (int64_t i = lo; i < hi; ++i) {
+        const double t0 = 0.5*x[i];
         const double t1 = sqrt(2.0)/sqrt(3.141592653589793);
         const double t2 = sg_tanh_f64(t1*(x[i] + 0.044715*x[i]*x[i]*x[i]));
-        grad_x[i] = grad[i]*(0.5 + 0.5*t2 + 0.5*t1*x[i]*(1.0 - (t2*t2))*(1.0 + 0.134145*x[i]*x[i]));  /* grad_x = d(out)/dx . grad */
+        out[i] = t0*(1.0 + t2);  /* out = 0.5*x*(1 + tanh(sqrt(2)*(x + 0.044715*x**3)/sqrt(pi))) */
+        jvp_out[i] = tangent_x[i]*(0.5 + 0.5*t2 + t0*t1*(1.0 - (t2*t2))*(1.0 + 0.134145*x[i]*x[i]));
     }
 }
 
@@ -694,13 +1124,22 @@ void gelu_tanh__jvp_f64(int64_t n,
                         double *restrict out,
                         double *restrict jvp_out)
 {
-    SG_LOOP(80000)
-    for (int64_t i = 0; i < n; ++i) {
+    SG_ROWS(80000, gelu_tanh__jvp_f64_rows, x, tangent_x, out, jvp_out);
+}
+
+/* value_and_jacobian of gelu_tanh [model.py:32], double: rows lo to hi - 1 */
+static void gelu_tanh__value_and_jacobian_f64_rows(int64_t lo, int64_t hi,
+                                                   const double *restrict x,
+                                                   double *restrict out,
+                                                   double *restrict jacobian)
+{
+    SG_SIMD
+    for (int64_t i = lo; i < hi; ++i) {
         const double t0 = 0.5*x[i];
         const double t1 = sqrt(2.0)/sqrt(3.141592653589793);
         const double t2 = sg_tanh_f64(t1*(x[i] + 0.044715*x[i]*x[i]*x[i]));
         out[i] = t0*(1.0 + t2);  /* out = 0.5*x*(1 + tanh(sqrt(2)*(x + 0.044715*x**3)/sqrt(pi))) */
-        jvp_out[i] = tangent_x[i]*(0.5 + 0.5*t2 + t0*t1*(1.0 - (t2*t2))*(1.0 + 0.134145*x[i]*x[i]));
+        jacobian[i] = 0.5 + 0.5*t2 + t0*t1*(1.0 - (t2*t2))*(1.0 + 0.134145*x[i]*x[i]);
     }
 }
 
@@ -710,13 +1149,23 @@ void gelu_tanh__value_and_jacobian_f64(int64_t n,
                                        double *restrict out,
                                        double *restrict jacobian)
 {
-    SG_LOOP(83333)
-    for (int64_t i = 0; i < n; ++i) {
-        const double t0 = 0.5*x[i];
-        const double t1 = sqrt(2.0)/sqrt(3.141592653589793);
-        const double t2 = sg_tanh_f64(t1*(x[i] + 0.044715*x[i]*x[i]*x[i]));
-        out[i] = t0*(1.0 + t2);  /* out = 0.5*x*(1 + tanh(sqrt(2)*(x + 0.044715*x**3)/sqrt(pi))) */
-        jacobian[i] = 0.5 + 0.5*t2 + t0*t1*(1.0 - (t2*t2))*(1.0 + 0.134145*x[i]*x[i]);
+    SG_ROWS(83333, gelu_tanh__value_and_jacobian_f64_rows, x, out, jacobian);
+}
+
+/* value_and_vjp of gelu_tanh [model.py:32], float: rows lo to hi - 1 */
+static void gelu_tanh__value_and_vjp_f32_rows(int64_t lo, int64_t hi,
+                                              const float *restrict x,
+                                              const float *restrict grad,
+                                              float *restrict out,
+                                              float *restrict grad_x)
+{
+    SG_SIMD
+    for (int64_t i = lo; i < hi; ++i) {
+        const float t0 = 0.5F*x[i];
+        const float t1 = sqrtf(2.0F)/sqrtf(3.1415927F);
+        const float t2 = tanhf(t1*(x[i] + 0.044715F*x[i]*x[i]*x[i]));
+        out[i] = t0*(1.0F + t2);  /* out = 0.5*x*(1 + tanh(sqrt(2)*(x + 0.044715*x**3)/sqrt(pi))) */
+        grad_x[i] = grad[i]*(0.5F + 0.5F*t2 + t0*t1*(1.0F - (t2*t2))*(1.0F + 0.134145F*x[i]*x[i]));  /* grad_x = d(out)/dx . grad */
     }
 }
 
@@ -727,22 +1176,35 @@ void gelu_tanh__value_and_vjp_f32(int64_t n,
                                   float *restrict out,
                                   float *restrict grad_x)
 {
-    SG_LOOP(80000)
-    for (int64_t i = 0; i < n; ++i) {
-        const float t0 = 0.5F*x[i];
-        const float t1 = sqrtf(2.0F)/sqrtf(3.1415927F);
-        const float t2 = tanhf(t1*(x[i] + 0.044715F*x[i]*x[i]*x[i]));
-        out[i] = t0*(1.0F + t2);  /* out = 0.5*x*(1 + tanh(sqrt(2)*(x + 0.044715*x**3)/sqrt(pi))) */
-        grad_x[i] = grad[i]*(0.5F + 0.5F*t2 + t0*t1*(1.0F - (t2*t2))*(1.0F + 0.134145F*x[i]*x[i]));  /* grad_x = d(out)/dx . grad */
+    SG_ROWS(80000, gelu_tanh__value_and_vjp_f32_rows, x, grad, out, grad_x);
+}
+
+/* forward of gelu_tanh [model.py:32], float: rows lo to hi - 1 */
+static void gelu_tanh__forward_f32_rows(int64_t lo, int64_t hi, const float *restrict x, float *restrict out)
+{
+    SG_SIMD
+    for (int64_t i = lo; i < hi; ++i) {
+        out[i] = 0.5F*x[i]*(1.0F + tanhf(sqrtf(2.0F)*(x[i] + 0.044715F*x[i]*x[i]*x[i])/sqrtf(3.1415927F)));  /* out = 0.5*x*(1 + tanh(sqrt(2)*(x + 0.044715*x**3)/sqrt(pi))) */
     }
 }
 
 /* forward of gelu_tanh [model.py:32], float */
 void gelu_tanh__forward_f32(int64_t n, const float *restrict x, float *restrict out)
 {
-    SG_LOOP(153846)
-    for (int64_t i = 0; i < n; ++i) {
-        out[i] = 0.5F*x[i]*(1.0F + tanhf(sqrtf(2.0F)*(x[i] + 0.044715F*x[i]*x[i]*x[i])/sqrtf(3.1415927F)));  /* out = 0.5*x*(1 + tanh(sqrt(2)*(x + 0.044715*x**3)/sqrt(pi))) */
+    SG_ROWS(153846, gelu_tanh__forward_f32_rows, x, out);
+}
+
+/* vjp of gelu_tanh [model.py:32], float: rows lo to hi - 1 */
+static void gelu_tanh__vjp_f32_rows(int64_t lo, int64_t hi,
+                                    const float *restrict x,
+                                    const float *restrict grad,
+                                    float *restrict grad_x)
+{
+    SG_SIMD
+    for (int64_t i = lo; i < hi; ++i) {
+        const float t1 = sqrtf(2.0F)/sqrtf(3.1415927F);
+        const float t2 = tanhf(t1*(x[i] + 0.044715F*x[i]*x[i]*x[i]));
+        grad_x[i] = grad[i]*(0.5F + 0.5F*t2 + 0.5F*t1*x[i]*(1.0F - (t2*t2))*(1.0F + 0.134145F*x[i]*x[i]));  /* grad_x = d(out)/dx . grad */
     }
 }
 
@@ -752,11 +1214,23 @@ void gelu_tanh__vjp_f32(int64_t n,
                         const float *restrict grad,
                         float *restrict grad_x)
 {
-    SG_LOOP(86956)
-    for (int64_t i = 0; i < n; ++i) {
+    SG_ROWS(86956, gelu_tanh__vjp_f32_rows, x, grad, grad_x);
+}
+
+/* jvp of gelu_tanh [model.py:32], float: rows lo to hi - 1 */
+static void gelu_tanh__jvp_f32_rows(int64_t lo, int64_t hi,
+                                    const float *restrict x,
+                                    const float *restrict tangent_x,
+                                    float *restrict out,
+                                    float *restrict jvp_out)
+{
+    SG_SIMD
+    for (int64_t i = lo; i < hi; ++i) {
+        const float t0 = 0.5F*x[i];
         const float t1 = sqrtf(2.0F)/sqrtf(3.1415927F);
         const float t2 = tanhf(t1*(x[i] + 0.044715F*x[i]*x[i]*x[i]));
-        grad_x[i] = grad[i]*(0.5F + 0.5F*t2 + 0.5F*t1*x[i]*(1.0F - (t2*t2))*(1.0F + 0.134145F*x[i]*x[i]));  /* grad_x = d(out)/dx . grad */
+        out[i] = t0*(1.0F + t2);  /* out = 0.5*x*(1 + tanh(sqrt(2)*(x + 0.044715*x**3)/sqrt(pi))) */
+        jvp_out[i] = tangent_x[i]*(0.5F + 0.5F*t2 + t0*t1*(1.0F - (t2*t2))*(1.0F + 0.134145F*x[i]*x[i]));
     }
 }
 
@@ -767,13 +1241,22 @@ void gelu_tanh__jvp_f32(int64_t n,
                         float *restrict out,
                         float *restrict jvp_out)
 {
-    SG_LOOP(80000)
-    for (int64_t i = 0; i < n; ++i) {
+    SG_ROWS(80000, gelu_tanh__jvp_f32_rows, x, tangent_x, out, jvp_out);
+}
+
+/* value_and_jacobian of gelu_tanh [model.py:32], float: rows lo to hi - 1 */
+static void gelu_tanh__value_and_jacobian_f32_rows(int64_t lo, int64_t hi,
+                                                   const float *restrict x,
+                                                   float *restrict out,
+                                                   float *restrict jacobian)
+{
+    SG_SIMD
+    for (int64_t i = lo; i < hi; ++i) {
         const float t0 = 0.5F*x[i];
         const float t1 = sqrtf(2.0F)/sqrtf(3.1415927F);
         const float t2 = tanhf(t1*(x[i] + 0.044715F*x[i]*x[i]*x[i]));
         out[i] = t0*(1.0F + t2);  /* out = 0.5*x*(1 + tanh(sqrt(2)*(x + 0.044715*x**3)/sqrt(pi))) */
-        jvp_out[i] = tangent_x[i]*(0.5F + 0.5F*t2 + t0*t1*(1.0F - (t2*t2))*(1.0F + 0.134145F*x[i]*x[i]));
+        jacobian[i] = 0.5F + 0.5F*t2 + t0*t1*(1.0F - (t2*t2))*(1.0F + 0.134145F*x[i]*x[i]);
     }
 }
 
@@ -783,14 +1266,7 @@ void gelu_tanh__value_and_jacobian_f32(int64_t n,
                                        float *restrict out,
                                        float *restrict jacobian)
 {
-    SG_LOOP(83333)
-    for (int64_t i = 0; i < n; ++i) {
-        const float t0 = 0.5F*x[i];
-        const float t1 = sqrtf(2.0F)/sqrtf(3.1415927F);
-        const float t2 = tanhf(t1*(x[i] + 0.044715F*x[i]*x[i]*x[i]));
-        out[i] = t0*(1.0F + t2);  /* out = 0.5*x*(1 + tanh(sqrt(2)*(x + 0.044715*x**3)/sqrt(pi))) */
-        jacobian[i] = 0.5F + 0.5F*t2 + t0*t1*(1.0F - (t2*t2))*(1.0F + 0.134145F*x[i]*x[i]);
-    }
+    SG_ROWS(83333, gelu_tanh__value_and_jacobian_f32_rows, x, out, jacobian);
 }
 
 /* ---- polar [model.py:38] ----
@@ -798,6 +1274,29 @@ void gelu_tanh__value_and_jacobian_f32(int64_t n,
    out1 = r*sin(theta)
    vjp r: grad_out0*cos(theta) + grad_out1*sin(theta)
    vjp theta: grad_out1*r*cos(theta) - grad_out0*r*sin(theta) */
+/* value_and_vjp of polar [model.py:38], double: rows lo to hi - 1 */
+static void polar__value_and_vjp_f64_rows(int64_t lo, int64_t hi,
+                                          const double *restrict r,
+                                          const double *restrict theta,
+                                          const double *restrict grad_out0,
+                                          const double *restrict grad_out1,
+                                          double *restrict out0,
+                                          double *restrict out1,
+                                          double *restrict grad_r,
+                                          double *restrict grad_theta)
+{
+    SG_SIMD
+    for (int64_t i = lo; i < hi; ++i) {
+        const double t0 = sg_cos_f64(theta[i]);
+        out0[i] = r[i]*t0;  /* out0 = r*cos(theta) */
+        const double t1 = sin(theta[i]);
+        const double t2 = r[i]*t1;
+        out1[i] = t2;  /* out1 = r*sin(theta) */
+        grad_r[i] = grad_out0[i]*t0 + grad_out1[i]*t1;  /* grad_r = d(out0, out1)/dr . grad */
+        grad_theta[i] = -grad_out0[i]*t2 + grad_out1[i]*r[i]*t0;  /* grad_theta = d(out0, out1)/dtheta . grad */
+    }
+}
+
 /* value_and_vjp of polar [model.py:38], double */
 void polar__value_and_vjp_f64(int64_t n,
                               const double *restrict r,
@@ -809,15 +1308,20 @@ void polar__value_and_vjp_f64(int64_t n,
                               double *restrict grad_r,
                               double *restrict grad_theta)
 {
-    SG_LOOP(181818)
-    for (int64_t i = 0; i < n; ++i) {
-        const double t0 = sg_cos_f64(theta[i]);
-        out0[i] = r[i]*t0;  /* out0 = r*cos(theta) */
-        const double t1 = sin(theta[i]);
-        const double t2 = r[i]*t1;
-        out1[i] = t2;  /* out1 = r*sin(theta) */
-        grad_r[i] = grad_out0[i]*t0 + grad_out1[i]*t1;  /* grad_r = d(out0, out1)/dr . grad */
-        grad_theta[i] = -grad_out0[i]*t2 + grad_out1[i]*r[i]*t0;  /* grad_theta = d(out0, out1)/dtheta . grad */
+    SG_ROWS(181818, polar__value_and_vjp_f64_rows, r, theta, grad_out0, grad_out1, out0, out1, grad_r, grad_theta);
+}
+
+/* forward of polar [model.py:38], double: rows lo to hi - 1 */
+static void polar__forward_f64_rows(int64_t lo, int64_t hi,
+                                    const double *restrict r,
+                                    const double *restrict theta,
+                                    double *restrict out0,
+                                    double *restrict out1)
+{
+    SG_SIMD
+    for (int64_t i = lo; i < hi; ++i) {
+        out0[i] = r[i]*sg_cos_f64(theta[i]);  /* out0 = r*cos(theta) */
+        out1[i] = r[i]*sin(theta[i]);  /* out1 = r*sin(theta) */
     }
 }
 
@@ -828,10 +1332,24 @@ void polar__forward_f64(int64_t n,
                         double *restrict out0,
                         double *restrict out1)
 {
-    SG_LOOP(200000)
-    for (int64_t i = 0; i < n; ++i) {
-        out0[i] = r[i]*sg_cos_f64(theta[i]);  /* out0 = r*cos(theta) */
-        out1[i] = r[i]*sin(theta[i]);  /* out1 = r*sin(theta) */
+    SG_ROWS(200000, polar__forward_f64_rows, r, theta, out0, out1);
+}
+
+/* vjp of polar [model.py:38], double: rows lo to hi - 1 */
+static void polar__vjp_f64_rows(int64_t lo, int64_t hi,
+                                const double *restrict r,
+                                const double *restrict theta,
+                                const double *restrict grad_out0,
+                                const double *restrict grad_out1,
+                                double *restrict grad_r,
+                                double *restrict grad_theta)
+{
+    SG_SIMD
+    for (int64_t i = lo; i < hi; ++i) {
+        const double t0 = sg_cos_f64(theta[i]);
+        const double t1 = sin(theta[i]);
+        grad_r[i] = grad_out0[i]*t0 + grad_out1[i]*t1;  /* grad_r = d(out0, out1)/dr . grad */
+        grad_theta[i] = grad_out1[i]*r[i]*t0 - grad_out0[i]*r[i]*t1;  /* grad_theta = d(out0, out1)/dtheta . grad */
     }
 }
 
@@ -844,12 +1362,30 @@ void polar__vjp_f64(int64_t n,
                     double *restrict grad_r,
                     double *restrict grad_theta)
 {
-    SG_LOOP(200000)
-    for (int64_t i = 0; i < n; ++i) {
+    SG_ROWS(200000, polar__vjp_f64_rows, r, theta, grad_out0, grad_out1, grad_r, grad_theta);
+}
+
+/* jvp of polar [model.py:38], double: rows lo to hi - 1 */
+static void polar__jvp_f64_rows(int64_t lo, int64_t hi,
+                                const double *restrict r,
+                                const double *restrict theta,
+                                const double *restrict tangent_r,
+                                const double *restrict tangent_theta,
+                                double *restrict out0,
+                                double *restrict out1,
+                                double *restrict jvp_out0,
+                                double *restrict jvp_out1)
+{
+    SG_SIMD
+    for (int64_t i = lo; i < hi; ++i) {
         const double t0 = sg_cos_f64(theta[i]);
-        const double t1 = sin(theta[i]);
-        grad_r[i] = grad_out0[i]*t0 + grad_out1[i]*t1;  /* grad_r = d(out0, out1)/dr . grad */
-        grad_theta[i] = grad_out1[i]*r[i]*t0 - grad_out0[i]*r[i]*t1;  /* grad_theta = d(out0, out1)/dtheta . grad */
+        const double t1 = r[i]*t0;
+        out0[i] = t1;  /* out0 = r*cos(theta) */
+        const double t2 = sin(theta[i]);
+        const double t3 = r[i]*t2;
+        out1[i] = t3;  /* out1 = r*sin(theta) */
+        jvp_out0[i] = t0*tangent_r[i] - t3*tangent_theta[i];
+        jvp_out1[i] = t1*tangent_theta[i] + t2*tangent_r[i];
     }
 }
 
@@ -864,16 +1400,29 @@ void polar__jvp_f64(int64_t n,
                     double *restrict jvp_out0,
                     double *restrict jvp_out1)
 {
-    SG_LOOP(200000)
-    for (int64_t i = 0; i < n; ++i) {
+    SG_ROWS(200000, polar__jvp_f64_rows, r, theta, tangent_r, tangent_theta, out0, out1, jvp_out0, jvp_out1);
+}
+
+/* value_and_jacobian of polar [model.py:38], double: rows lo to hi - 1 */
+static void polar__value_and_jacobian_f64_rows(int64_t lo, int64_t hi,
+                                               const double *restrict r,
+                                               const double *restrict theta,
+                                               double *restrict out0,
+                                               double *restrict out1,
+                                               double *restrict jacobian)
+{
+    SG_SIMD
+    for (int64_t i = lo; i < hi; ++i) {
         const double t0 = sg_cos_f64(theta[i]);
         const double t1 = r[i]*t0;
         out0[i] = t1;  /* out0 = r*cos(theta) */
         const double t2 = sin(theta[i]);
         const double t3 = r[i]*t2;
         out1[i] = t3;  /* out1 = r*sin(theta) */
-        jvp_out0[i] = t0*tangent_r[i] - t3*tangent_theta[i];
-        jvp_out1[i] = t1*tangent_theta[i] + t2*tangent_r[i];
+        jacobian[i*4 + 0] = t0;
+        jacobian[i*4 + 1] = -t3;
+        jacobian[i*4 + 2] = t2;
+        jacobian[i*4 + 3] = t1;
     }
 }
 
@@ -885,18 +1434,29 @@ void polar__value_and_jacobian_f64(int64_t n,
                                    double *restrict out1,
                                    double *restrict jacobian)
 {
-    SG_LOOP(200000)
-    for (int64_t i = 0; i < n; ++i) {
-        const double t0 = sg_cos_f64(theta[i]);
-        const double t1 = r[i]*t0;
-        out0[i] = t1;  /* out0 = r*cos(theta) */
-        const double t2 = sin(theta[i]);
-        const double t3 = r[i]*t2;
-        out1[i] = t3;  /* out1 = r*sin(theta) */
-        jacobian[i*4 + 0] = t0;
-        jacobian[i*4 + 1] = -t3;
-        jacobian[i*4 + 2] = t2;
-        jacobian[i*4 + 3] = t1;
+    SG_ROWS(200000, polar__value_and_jacobian_f64_rows, r, theta, out0, out1, jacobian);
+}
+
+/* value_and_vjp of polar [model.py:38], float: rows lo to hi - 1 */
+static void polar__value_and_vjp_f32_rows(int64_t lo, int64_t hi,
+                                          const float *restrict r,
+                                          const float *restrict theta,
+                                          const float *restrict grad_out0,
+                                          const float *restrict grad_out1,
+                                          float *restrict out0,
+                                          float *restrict out1,
+                                          float *restrict grad_r,
+                                          float *restrict grad_theta)
+{
+    SG_SIMD
+    for (int64_t i = lo; i < hi; ++i) {
+        const float t0 = sg_cos_f32(theta[i]);
+        out0[i] = r[i]*t0;  /* out0 = r*cos(theta) */
+        const float t1 = sinf(theta[i]);
+        const float t2 = r[i]*t1;
+        out1[i] = t2;  /* out1 = r*sin(theta) */
+        grad_r[i] = grad_out0[i]*t0 + grad_out1[i]*t1;  /* grad_r = d(out0, out1)/dr . grad */
+        grad_theta[i] = -grad_out0[i]*t2 + grad_out1[i]*r[i]*t0;  /* grad_theta = d(out0, out1)/dtheta . grad */
     }
 }
 
@@ -911,15 +1471,20 @@ void polar__value_and_vjp_f32(int64_t n,
                               float *restrict grad_r,
                               float *restrict grad_theta)
 {
-    SG_LOOP(181818)
-    for (int64_t i = 0; i < n; ++i) {
-        const float t0 = sg_cos_f32(theta[i]);
-        out0[i] = r[i]*t0;  /* out0 = r*cos(theta) */
-        const float t1 = sinf(theta[i]);
-        const float t2 = r[i]*t1;
-        out1[i] = t2;  /* out1 = r*sin(theta) */
-        grad_r[i] = grad_out0[i]*t0 + grad_out1[i]*t1;  /* grad_r = d(out0, out1)/dr . grad */
-        grad_theta[i] = -grad_out0[i]*t2 + grad_out1[i]*r[i]*t0;  /* grad_theta = d(out0, out1)/dtheta . grad */
+    SG_ROWS(181818, polar__value_and_vjp_f32_rows, r, theta, grad_out0, grad_out1, out0, out1, grad_r, grad_theta);
+}
+
+/* forward of polar [model.py:38], float: rows lo to hi - 1 */
+static void polar__forward_f32_rows(int64_t lo, int64_t hi,
+                                    const float *restrict r,
+                                    const float *restrict theta,
+                                    float *restrict out0,
+                                    float *restrict out1)
+{
+    SG_SIMD
+    for (int64_t i = lo; i < hi; ++i) {
+        out0[i] = r[i]*sg_cos_f32(theta[i]);  /* out0 = r*cos(theta) */
+        out1[i] = r[i]*sinf(theta[i]);  /* out1 = r*sin(theta) */
     }
 }
 
@@ -930,10 +1495,24 @@ void polar__forward_f32(int64_t n,
                         float *restrict out0,
                         float *restrict out1)
 {
-    SG_LOOP(200000)
-    for (int64_t i = 0; i < n; ++i) {
-        out0[i] = r[i]*sg_cos_f32(theta[i]);  /* out0 = r*cos(theta) */
-        out1[i] = r[i]*sinf(theta[i]);  /* out1 = r*sin(theta) */
+    SG_ROWS(200000, polar__forward_f32_rows, r, theta, out0, out1);
+}
+
+/* vjp of polar [model.py:38], float: rows lo to hi - 1 */
+static void polar__vjp_f32_rows(int64_t lo, int64_t hi,
+                                const float *restrict r,
+                                const float *restrict theta,
+                                const float *restrict grad_out0,
+                                const float *restrict grad_out1,
+                                float *restrict grad_r,
+                                float *restrict grad_theta)
+{
+    SG_SIMD
+    for (int64_t i = lo; i < hi; ++i) {
+        const float t0 = sg_cos_f32(theta[i]);
+        const float t1 = sinf(theta[i]);
+        grad_r[i] = grad_out0[i]*t0 + grad_out1[i]*t1;  /* grad_r = d(out0, out1)/dr . grad */
+        grad_theta[i] = grad_out1[i]*r[i]*t0 - grad_out0[i]*r[i]*t1;  /* grad_theta = d(out0, out1)/dtheta . grad */
     }
 }
 
@@ -946,12 +1525,30 @@ void polar__vjp_f32(int64_t n,
                     float *restrict grad_r,
                     float *restrict grad_theta)
 {
-    SG_LOOP(200000)
-    for (int64_t i = 0; i < n; ++i) {
+    SG_ROWS(200000, polar__vjp_f32_rows, r, theta, grad_out0, grad_out1, grad_r, grad_theta);
+}
+
+/* jvp of polar [model.py:38], float: rows lo to hi - 1 */
+static void polar__jvp_f32_rows(int64_t lo, int64_t hi,
+                                const float *restrict r,
+                                const float *restrict theta,
+                                const float *restrict tangent_r,
+                                const float *restrict tangent_theta,
+                                float *restrict out0,
+                                float *restrict out1,
+                                float *restrict jvp_out0,
+                                float *restrict jvp_out1)
+{
+    SG_SIMD
+    for (int64_t i = lo; i < hi; ++i) {
         const float t0 = sg_cos_f32(theta[i]);
-        const float t1 = sinf(theta[i]);
-        grad_r[i] = grad_out0[i]*t0 + grad_out1[i]*t1;  /* grad_r = d(out0, out1)/dr . grad */
-        grad_theta[i] = grad_out1[i]*r[i]*t0 - grad_out0[i]*r[i]*t1;  /* grad_theta = d(out0, out1)/dtheta . grad */
+        const float t1 = r[i]*t0;
+        out0[i] = t1;  /* out0 = r*cos(theta) */
+        const float t2 = sinf(theta[i]);
+        const float t3 = r[i]*t2;
+        out1[i] = t3;  /* out1 = r*sin(theta) */
+        jvp_out0[i] = t0*tangent_r[i] - t3*tangent_theta[i];
+        jvp_out1[i] = t1*tangent_theta[i] + t2*tangent_r[i];
     }
 }
 
@@ -966,29 +1563,19 @@ void polar__jvp_f32(int64_t n,
                     float *restrict jvp_out0,
                     float *restrict jvp_out1)
 {
-    SG_LOOP(200000)
-    for (int64_t i = 0; i < n; ++i) {
-        const float t0 = sg_cos_f32(theta[i]);
-        const float t1 = r[i]*t0;
-        out0[i] = t1;  /* out0 = r*cos(theta) */
-        const float t2 = sinf(theta[i]);
-        const float t3 = r[i]*t2;
-        out1[i] = t3;  /* out1 = r*sin(theta) */
-        jvp_out0[i] = t0*tangent_r[i] - t3*tangent_theta[i];
-        jvp_out1[i] = t1*tangent_theta[i] + t2*tangent_r[i];
-    }
+    SG_ROWS(200000, polar__jvp_f32_rows, r, theta, tangent_r, tangent_theta, out0, out1, jvp_out0, jvp_out1);
 }
 
-/* value_and_jacobian of polar [model.py:38], float */
-void polar__value_and_jacobian_f32(int64_t n,
-                                   const float *restrict r,
-                                   const float *restrict theta,
-                                   float *restrict out0,
-                                   float *restrict out1,
-                                   float *restrict jacobian)
+/* value_and_jacobian of polar [model.py:38], float: rows lo to hi - 1 */
+static void polar__value_and_jacobian_f32_rows(int64_t lo, int64_t hi,
+                                               const float *restrict r,
+                                               const float *restrict theta,
+                                               float *restrict out0,
+                                               float *restrict out1,
+                                               float *restrict jacobian)
 {
-    SG_LOOP(200000)
-    for (int64_t i = 0; i < n; ++i) {
+    SG_SIMD
+    for (int64_t i = lo; i < hi; ++i) {
         const float t0 = sg_cos_f32(theta[i]);
         const float t1 = r[i]*t0;
         out0[i] = t1;  /* out0 = r*cos(theta) */
@@ -1000,4 +1587,15 @@ void polar__value_and_jacobian_f32(int64_t n,
         jacobian[i*4 + 2] = t2;
         jacobian[i*4 + 3] = t1;
     }
+}
+
+/* value_and_jacobian of polar [model.py:38], float */
+void polar__value_and_jacobian_f32(int64_t n,
+                                   const float *restrict r,
+                                   const float *restrict theta,
+                                   float *restrict out0,
+                                   float *restrict out1,
+                                   float *restrict jacobian)
+{
+    SG_ROWS(200000, polar__value_and_jacobian_f32_rows, r, theta, out0, out1, jacobian);
 }
