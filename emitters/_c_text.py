@@ -90,7 +90,7 @@ _C_MACROS = frozenset("""
 INFINITY NAN HUGE_VAL HUGE_VALF HUGE_VALL MATH_ERRNO MATH_ERREXCEPT math_errhandling DOMAIN SING OVERFLOW
 UNDERFLOW TLOSS PLOSS X_TLOSS EOF BUFSIZ FILENAME_MAX FOPEN_MAX TMP_MAX L_tmpnam stdin stdout stderr SEEK_SET
 SEEK_CUR SEEK_END EXIT_SUCCESS EXIT_FAILURE RAND_MAX MB_CUR_MAX NULL CHAR_BIT MB_LEN_MAX linux unix i386 i686
-errno sqrt sqrtf pow powf fabs fabsf cbrt cbrtf cos cosf sg_lo sg_hi omp_get_thread_num omp_get_num_threads
+errno sqrt sqrtf pow powf fabs fabsf cbrt cbrtf cos cosf omp_get_thread_num omp_get_num_threads
 """.split()) | frozenset(LIBM.values()) | frozenset(f + "f" for f in LIBM.values())
 _C_MACRO_RE = re.compile(
     r"_[A-Z_].*|SG_.*|Py.*|PY_.*|HAVE_.*|SIZEOF_.*|ALIGNOF_.*|FP_[A-Z0-9_]+|E[A-Z0-9]{2,}"
@@ -132,16 +132,16 @@ LOOP_MACROS = """\
 #define SG_SIMD SG_PRAGMA(omp simd)
 #if defined(_OPENMP)
 #include <omp.h>
-static inline int64_t sg_lo(int64_t n)
+static inline int64_t sg_share_lo(int64_t n)
 {
     return n*omp_get_thread_num()/omp_get_num_threads();
 }
-static inline int64_t sg_hi(int64_t n)
+static inline int64_t sg_share_hi(int64_t n)
 {
     return n*(omp_get_thread_num() + 1)/omp_get_num_threads();
 }
 #define SG_ROWS(min_n, rows, ...) \\
-    if (n >= (min_n)) { SG_PRAGMA(omp parallel) rows(sg_lo(n), sg_hi(n), __VA_ARGS__); } \\
+    if (n >= (min_n)) { SG_PRAGMA(omp parallel) rows(sg_share_lo(n), sg_share_hi(n), __VA_ARGS__); } \\
     else rows(0, n, __VA_ARGS__)
 #else
 #define SG_ROWS(min_n, rows, ...) rows(0, n, __VA_ARGS__)

@@ -7,8 +7,9 @@ program's straight-line body for ``i`` in ``[0, n)``. A scalar slot is one array
 float32 kernels are true float32: ``expf``, ``F`` literals, ``float`` temporaries, no double macro
 constants. The stable primitives (sigmoid, softplus, ...) are ``static inline`` helpers, Piecewise is a
 ternary (only the chosen branch's value reaches the result), small integer and half powers are expanded.
-Each program is a ``static`` loop over rows ``lo..hi-1`` (``SG_SIMD``: ``omp simd``) and the exported
-function, which runs it on all OpenMP threads from a size threshold on (``SG_ROWS``), else on one; the
+Each program is a ``static`` loop over rows ``sg_lo..sg_hi-1`` (``SG_SIMD``: ``omp simd``), the exported
+function, which runs it on all OpenMP threads from a size threshold on (``SG_ROWS``), else on one, and
+``..._ptrs``, the same with its arguments as an array of pointers (for ``symgrad.backends.direct``); the
 libm functions the file uses get ``declare simd`` prototypes so gcc can call glibc's libmvec; both are
 switched on by the build (``symgrad.build_c``) only when a test compile showed they work.
 """
@@ -23,7 +24,7 @@ from sympy.core.mul import _keep_coeff
 from sympy.printing.codeprinter import CodePrinter
 from sympy.printing.precedence import PRECEDENCE, precedence
 
-from symgrad.build_c import prototype
+from symgrad.build_c import POINTERS_SUFFIX, prototype
 from symgrad.display import TermOrder
 from symgrad.ir import Kernel, Program, Slot
 
@@ -259,7 +260,7 @@ class _Names:
     def __init__(self, program: Program) -> None:
         self.taken = {s.name for slot in (*program.inputs, *program.outputs) for s in (slot, *slot.symbols)}
         self.taken |= {a.target.name for a in program.body}
-        self.taken |= {"i", "n", "lo", "hi"}
+        self.taken |= {"i", "n"}
         self.renamed: dict[str, str] = {}
 
     def __call__(self, name: str) -> str:
@@ -319,16 +320,23 @@ class CEmitter:
                   f"const {dtype.ctype} *restrict {cname(s.name)}" for s in program.inputs]
         params += [f"{dtype.ctype} *restrict {cname(s.name)}" for s in program.outputs]
         name = function_name(kernel, program, dtype)
-        args = ", ".join(cname(s.name) for s in (*program.inputs, *program.outputs))
+        slots = (*program.inputs, *program.outputs)
+        args = ", ".join(cname(s.name) for s in slots)
+        # the pointer-array entry: every argument as p[k], a uniform input as a pointer to its value
+        unpacked = ", ".join(f"*(const {dtype.ctype} *)p[{k}]" if s.uniform else f"p[{k}]"
+                             for k, s in enumerate(slots))
         body = "\n".join(f"        {line}" for line in lines)
         title = f"{program.name} of {_comment(kernel.name)} [{_comment(kernel.origin)}], {dtype.ctype}"
-        return (f"/* {title}: rows lo to hi - 1 */\n"
-                f"{prototype(name + '_rows', params, 'static void', 'int64_t lo, int64_t hi')}\n{{\n"
+        return (f"/* {title}: rows sg_lo to sg_hi - 1 */\n"
+                f"{prototype('sg_rows_' + name, params, 'static void', 'int64_t sg_lo, int64_t sg_hi')}\n{{\n"
                 f"    SG_SIMD\n"
-                f"    for (int64_t i = lo; i < hi; ++i) {{\n{body}\n    }}\n}}\n\n"
+                f"    for (int64_t i = sg_lo; i < sg_hi; ++i) {{\n{body}\n    }}\n}}\n\n"
                 f"/* {title} */\n"
                 f"{prototype(name, params)}\n{{\n"
-                f"    SG_ROWS({_parallel_min_rows(kernel, program)}, {name}_rows, {args});\n}}")
+                f"    SG_ROWS({_parallel_min_rows(kernel, program)}, sg_rows_{name}, {args});\n}}\n\n"
+                f"/* {title}: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */\n"
+                f"void {name}{POINTERS_SUFFIX}(int64_t n, void *const *p)\n{{\n"
+                f"    {name}(n, {unpacked});\n}}")
 
     def __init__(self) -> None:
         self._printed: dict[int, tuple[Kernel, str, set, set]] = {}
@@ -385,11 +393,16 @@ class CEmitter:
 
 
 def cdef(kernels: Sequence[Kernel]) -> str:
-    """The cffi ``cdef`` of a module: one prototype per kernel, program and dtype."""
-    return "\n".join(
-        prototype(function_name(k, p, d), [f"const {d.ctype}" if s.uniform else f"const {d.ctype} *"
-                                            for s in p.inputs] + [f"{d.ctype} *"] * len(p.outputs)) + ";"
-        for k in kernels for d in DTYPES for p in k.programs)
+    """The cffi ``cdef`` of a module: per kernel, program and dtype, the kernel and its pointer-array entry."""
+    lines = []
+    for k in kernels:
+        for d in DTYPES:
+            for p in k.programs:
+                name = function_name(k, p, d)
+                lines.append(prototype(name, [f"const {d.ctype}" if s.uniform else f"const {d.ctype} *"
+                                              for s in p.inputs] + [f"{d.ctype} *"] * len(p.outputs)) + ";")
+                lines.append(f"void {name}{POINTERS_SUFFIX}(int64_t n, void *const *p);")
+    return "\n".join(lines)
 
 
 register("c")(CEmitter)

@@ -39,11 +39,14 @@ from .toolchain import (CompilerUnavailable, Toolchain, debug, debug_command, fo
                         run_command, toolchain)
 
 __all__ = ["load", "load_extension", "list_entries", "clear", "build_key", "module_name", "cdef_from_manifest", "prototype",
-           "CompilerUnavailable", "toolchain", "C_TYPES"]
+           "CompilerUnavailable", "toolchain", "C_TYPES", "POINTERS_SUFFIX"]
 
 #: Bump when the build commands or the module layout change.
 BUILD_VERSION = "3"
 C_TYPES = {"f64": "double", "f32": "float"}
+#: The suffix of each kernel's entry that takes its arguments as an array of pointers, a uniform input as a
+#: pointer to its value: ``void <kernel>__<program>_<dtype>__ptrs(int64_t n, void *const *p)``.
+POINTERS_SUFFIX = "__ptrs"
 
 #: Appended to every module: thread control for the OpenMP loops (no-ops without OpenMP).
 SUPPORT_SOURCE = """
@@ -70,7 +73,8 @@ def prototype(name: str, params: list[str], lead: str = "void", first: str = "in
 
 
 def cdef_from_manifest(manifest: dict) -> str:
-    """The cffi cdef of a package's ``kernels.c``, from its manifest (same function set as the emitter)."""
+    """The cffi cdef of a package's ``kernels.c``, from its manifest (same function set as the emitter):
+    each kernel and its pointer-array entry ``..._ptrs`` (see ``emitters/c.py``)."""
     lines = []
     for suffix, ctype in C_TYPES.items():
         for fn in manifest["functions"]:
@@ -79,6 +83,7 @@ def cdef_from_manifest(manifest: dict) -> str:
                 params += [f"{ctype} *"] * len(slots["outputs"])
                 ident = fn.get("ident", fn["name"])
                 lines.append(f"void {ident}__{program}_{suffix}(int64_t, {', '.join(params)});")
+                lines.append(f"void {ident}__{program}_{suffix}{POINTERS_SUFFIX}(int64_t, void *const *);")
     return "\n".join(sorted(lines))
 
 
@@ -148,7 +153,7 @@ def load(source: str, cdef: str, label: str = "kernels.c") -> ModuleType:
     ``CompileError`` (the compiler rejected the generated code)."""
     tc = toolchain()
     key = build_key(source, cdef, tc)
-    return _cached(key, label, lambda tmp: _cffi_steps(tmp, source, cdef, tc, key))
+    return _cached(key, label, tc, lambda tmp: _cffi_steps(tmp, source, cdef, tc, key))
 
 
 def load_extension(source: str, label: str) -> ModuleType:
@@ -158,17 +163,17 @@ def load_extension(source: str, label: str) -> ModuleType:
     the build defines those macros and ``SG_MODULE`` (the module name, from the key)."""
     tc = toolchain()
     key = build_key(source, "<CPython extension>", tc)
-    return _cached(key, label, lambda tmp: _extension_steps(tmp, source, tc, key))
+    return _cached(key, label, tc, lambda tmp: _extension_steps(tmp, source, tc, key))
 
 
-def _cached(key: str, label: str, prepare) -> ModuleType:
+def _cached(key: str, label: str, tc: Toolchain, prepare) -> ModuleType:
     name = module_name(key)
     if name in sys.modules:
         return sys.modules[name]
-    return in_cache(lambda root: _load_from(root / "c", key, label, prepare))
+    return in_cache(lambda root: _load_from(root / "c", key, label, tc, prepare))
 
 
-def _load_from(cdir: Path, key: str, label: str, prepare) -> ModuleType:
+def _load_from(cdir: Path, key: str, label: str, tc: Toolchain, prepare) -> ModuleType:
     cdir.mkdir(parents=True, exist_ok=True)
     name = module_name(key)
     entry = cdir / key
@@ -177,7 +182,7 @@ def _load_from(cdir: Path, key: str, label: str, prepare) -> ModuleType:
         if not so.exists():
             if entry.exists():           # an entry without its module (deleted by hand, or a crash)
                 _remove(entry)
-            _build(key, cdir, label, prepare)
+            _build(key, cdir, label, tc, prepare)
         try:
             _verify(entry, so)           # dlopen of a truncated .so can crash the process (SIGBUS)
             return _import(name, so)
@@ -206,14 +211,14 @@ def _verify(entry: Path, so: Path) -> None:
         raise ImportError(f"{so} does not match the digest recorded when it was built")
 
 
-def _build(key: str, cdir: Path, label: str, prepare) -> None:
+def _build(key: str, cdir: Path, label: str, tc: Toolchain, prepare) -> None:
     """Compile in a private directory, then rename it to ``cdir/key`` (atomic publication).
 
     ``prepare(tmp)`` writes the sources into ``tmp`` and returns (main source file, compile commands, run
     in parallel, link command)."""
     tmp = Path(tempfile.mkdtemp(dir=cdir, prefix=".tmp-"))
     try:
-        _build_in(tmp, key, cdir, label, *prepare(tmp))
+        _build_in(tmp, key, cdir, label, tc, *prepare(tmp))
     except CompileError:                   # its message points at the kept generated files
         raise
     except BaseException:                  # a full disk or Ctrl-C: no half-built directory stays behind
@@ -251,7 +256,8 @@ def _extension_steps(tmp: Path, source: str, tc: Toolchain, key: str) -> tuple:
     return "module.c", [step], [*tc.cc, "-shared", *sanitize_flags(), "-o", _so_name(key), "module.o"]
 
 
-def _build_in(tmp: Path, key: str, cdir: Path, label: str, main: str, steps: list, link: list) -> None:
+def _build_in(tmp: Path, key: str, cdir: Path, label: str, tc: Toolchain, main: str, steps: list,
+              link: list) -> None:
     started = time.perf_counter()
     for cmd in steps:
         debug_command(cmd)
@@ -269,8 +275,7 @@ def _build_in(tmp: Path, key: str, cdir: Path, label: str, main: str, steps: lis
         _fail(tmp, cdir, key, label, main, *failed_step)
     (tmp / "build.json").write_text(json.dumps(
         {"key": key, "label": label, "so_sha256": _digest(tmp / _so_name(key)), "commands": [*steps, link],
-         "seconds": round(time.perf_counter() - started, 3), "toolchain": asdict(toolchain()),
-         "created": time.time()},
+         "seconds": round(time.perf_counter() - started, 3), "toolchain": asdict(tc), "created": time.time()},
         indent=1))
     for leftover in tmp.glob("*.o"):
         leftover.unlink(missing_ok=True)

@@ -297,32 +297,36 @@ def test_run_copies_an_unaligned_input(kernels):
         np.testing.assert_array_equal(a, b)
 
 
-def test_cffi_call_matches_the_direct_call(package, kernels, monkeypatch):
+def test_cffi_call_matches_the_direct_call(package, monkeypatch):
     """Where the direct-call extension cannot be built, the kernels run through cffi, with the same results."""
-    from symgrad.backends import direct
-    from symgrad.backends.c import CBackend
-    assert direct.caller() is not None               # this machine builds it: the other runs used it
-    monkeypatch.setattr(direct, "_caller", [None])
-    through_cffi = CBackend().load(package)
+    from symgrad.backends import c as c_backend, direct
     rng = np.random.default_rng(1)
     x, y, g = (rng.normal(size=(4, 5)) for _ in range(3))
-    for program, args in (("value_and_vjp", (x, y, g)), ("forward", (x, y)),
-                          ("value_and_vjp", (np.asfortranarray(x), 0.5, g))):
-        got = through_cffi.program("blend", program, np.float64)(args, (4, 5))
-        want = kernels.program("blend", program, np.float64)(args, (4, 5))
-        for a, b in zip(got, want):
-            np.testing.assert_array_equal(a, b)
     p = np.abs(rng.normal(size=(3, 3))).astype(np.float32)
     s = np.ones(3, np.float32)
-    for a, b in zip(through_cffi.program("norm3", "forward", np.float32)((p, s), (3,)),
-                    kernels.program("norm3", "forward", np.float32)((p, s), (3,))):
-        np.testing.assert_array_equal(a, b)
+    cases = [("blend", "value_and_vjp", np.float64, (x, y, g), (4, 5)), ("blend", "forward", np.float64, (x, y), (4, 5)),
+             ("blend", "value_and_vjp", np.float64, (np.asfortranarray(x), 0.5, g), (4, 5)),
+             ("norm3", "forward", np.float32, (p, s), (3,))]
+
+    def results(via: str) -> list:
+        kernels = c_backend.CBackend().load(package)       # a fresh kernel set: its runs are made now
+        runs = [kernels.program(f, prog, dtype) for f, prog, dtype, _, _ in cases]
+        assert all(via in run.__qualname__ for run in runs)
+        return [run(args, batch) for run, (_, _, _, args, batch) in zip(runs, cases)]
+
+    assert direct.caller() is not None               # this machine builds it
+    want = results("_direct_run")
+    monkeypatch.setattr(direct, "_caller", [None])
+    got = results("_make_run")
+    for g_results, w_results in zip(got, want):
+        for a, b in zip(g_results, w_results):
+            np.testing.assert_array_equal(a, b)
 
 
 def test_direct_call_refuses_bad_buffers(kernels):
     from symgrad.backends import direct
     call = direct.caller()
-    address = int(kernels.ffi.cast("uintptr_t", kernels.ffi.addressof(kernels.lib, "blend__forward_f64")))
+    address = int(kernels.ffi.cast("uintptr_t", kernels.ffi.addressof(kernels.lib, "blend__forward_f64__ptrs")))
     x, y, out = np.ones(4), np.ones(4), np.zeros(4)
     call(address, 4, 2, 8, x, y, out)
     np.testing.assert_allclose(out, np.sin(1.0) * np.exp(-1.0) + np.log(2.0))

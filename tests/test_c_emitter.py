@@ -250,11 +250,13 @@ def test_emit_function_and_cdef(all_kernels):
     k = all_kernels[0]
     text = emitters.get("c").emit_function(k)
     lines = text.splitlines()
-    exported = [line for line in lines if line.startswith("void softplus_fn__")]
-    rows = [line for line in lines if line.startswith("static void softplus_fn__")]
-    assert len(exported) == len(rows) == 2 * len(k.programs)
+    exported = [line for line in lines if line.startswith("void softplus_fn__") and "__ptrs(" not in line]
+    pointers = [line for line in lines if line.startswith("void softplus_fn__") and "__ptrs(" in line]
+    rows = [line for line in lines if line.startswith("static void sg_rows_softplus_fn__")]
+    assert len(exported) == len(pointers) == len(rows) == 2 * len(k.programs)
     proto = cdef([k])
-    assert proto.count(";") == 2 * len(k.programs) and "restrict" not in proto
+    assert proto.count(";") == 4 * len(k.programs) and "restrict" not in proto
+    assert "void softplus_fn__value_and_vjp_f32__ptrs(int64_t n, void *const *p);" in proto
     assert "void softplus_fn__value_and_vjp_f32(int64_t n, const float *, const float *, float *, float *);" \
         in proto
 
@@ -311,10 +313,10 @@ def test_every_loop_vectorizes(tmp_path, all_kernels, module_text):
     counts = {int(line): int(k) for line, k in
               re.findall(r"kernels\.c:(\d+):\d+: note: vectorized (\d+) loops in function", r.stderr)}
     lines = module_text.splitlines()
-    # a program's loop is in its static ..._rows function, which gcc may inline into the exported one
+    # a program's loop is in its static sg_rows_... function, which gcc may inline into the exported one
     vectorized: dict[str, int] = {}
     for i, line in enumerate(lines):
-        found = re.match(r"(?:static )?void (\w+?)(?:_rows)?\(", line)
+        found = re.match(r"(?:static )?void (?:sg_rows_)?(\w+?)(?:__ptrs)?\(", line)
         if found:
             vectorized[found[1]] = vectorized.get(found[1], 0) + counts.get(i + 1, 0)
     assert len(vectorized) == 2 * sum(len(k.programs) for k in all_kernels)
@@ -446,6 +448,29 @@ def test_maximum_propagates_nan(compiled, all_kernels):
     b = np.array([1.0, np.nan, 2.0])
     (out,) = call(compiled, k, k.program("forward"), "float64", [a, b])
     assert np.isnan(out[0]) and np.isnan(out[1]) and np.isfinite(out[2])
+
+
+@symgrad.function
+def loop_names(lo, hi, p, sg_lo, sg_rows_loop_names__forward_f64):
+    return sg.sin(lo) * hi + p * sg_lo - sg_rows_loop_names__forward_f64
+
+
+def test_arguments_named_like_the_loop_machinery():
+    """Arguments named lo, hi, p or after the generated row loops still build and compute (the loops' own
+    names carry the sg_ prefix, which no sanitized user name keeps)."""
+    previous = symgrad.get_backend()
+    symgrad.set_backend("c")
+    try:
+        fn = loop_names.compiled()
+        if fn.backend != "c":
+            pytest.skip("no C backend")
+        args = [np.linspace(-1, 1, 7) * (k + 1) for k in range(5)]
+        value, grads = fn.value_and_vjp(*args, np.ones(7))
+        np.testing.assert_allclose(value, np.sin(args[0]) * args[1] + args[2] * args[3] - args[4], rtol=1e-14)
+        np.testing.assert_allclose(grads[0], np.cos(args[0]) * args[1], rtol=1e-14)
+        np.testing.assert_array_equal(grads[4], -np.ones(7))
+    finally:
+        symgrad.set_backend(previous)
 
 
 @symgrad.function

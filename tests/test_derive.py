@@ -70,7 +70,7 @@ def test_a_squared_call_is_computed_once():
             code = "\n".join(line.split("#")[0].split("/*")[0] for line in program.splitlines()[1:])
             # every program (in C: its rows loop; the exported function only calls it): tanh' = 1 - tanh^2,
             # (sin^3)' = 3 sin^2 cos, ...
-            if "squashed__" in program and "SG_ROWS" not in program:
+            if "squashed__" in program and ("SG_SIMD" in program or target == "numpy"):
                 checked += 1
                 for call in ("tanh", "sin", "exp", "cos"):
                     assert code.count(call) <= 1, (call, code)

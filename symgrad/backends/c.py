@@ -3,9 +3,9 @@
 ``run(inputs, batch_shape)`` materializes each input as a contiguous, aligned array of exactly
 ``batch_shape + slot.shape`` (no copy when it already is one), allocates the results (large ones from
 ``pool``, which saves their page faults) and calls the kernel once, with the GIL released. The call goes
-through ``direct`` (the arrays straight to the kernel), or through cffi for a kernel with a uniform input
-(a number passed by value) or when ``direct`` cannot be built. Neither looks at dtypes, so the dtype and
-shape are checked here before any pointer is taken.
+through ``direct`` (the arrays straight to the kernel's pointer-array entry), or through cffi where
+``direct`` cannot be built or a kernel has more than its ``MAX_ARRAYS`` arguments. Neither looks at
+dtypes, so the dtype and shape are checked here before any pointer is taken.
 
 Threads: loops above a size threshold (see ``emitters/c.py``) run on every OpenMP thread; ``set_num_threads``
 changes the count, ``SYMGRAD_OPENMP=0`` builds without OpenMP. Unless ``OMP_WAIT_POLICY`` is already set,
@@ -73,20 +73,22 @@ class CKernels:
             in_shapes, out_shapes = self.slots[(function, program)]
             name = f"{function}__{program}_{suffix}"
             call = direct.caller()
-            if call is not None and None not in in_shapes and len(in_shapes) + len(out_shapes) <= direct.MAX_ARRAYS:
-                address = int(self.ffi.cast("uintptr_t", self.ffi.addressof(self.lib, name)))
-                self._runs[key] = _direct_run(call, address, dtype, in_shapes, out_shapes)
+            if call is not None and len(in_shapes) + len(out_shapes) <= direct.MAX_ARRAYS:
+                entry = self.ffi.addressof(self.lib, name + build_c.POINTERS_SUFFIX)
+                self._runs[key] = _direct_run(call, int(self.ffi.cast("uintptr_t", entry)), dtype, in_shapes,
+                                              out_shapes)
             else:
                 self._runs[key] = _make_run(getattr(self.lib, name), self.ffi, dtype, in_shapes, out_shapes)
         return self._runs[key]
 
 
 def _direct_run(call, address: int, dtype: np.dtype, in_shapes: list[tuple], out_shapes: list[tuple]) -> Run:
-    """``run`` through ``direct.call`` (no uniform inputs): the arrays go to the kernel as they are."""
+    """``run`` through ``direct.call``: the arrays go to the kernel as they are, a uniform input (a number)
+    as a one-element array."""
     ndarray, empty, pooled = np.ndarray, np.empty, pool.empty
     ins, outs = tuple(in_shapes), tuple(out_shapes)
     n_in, itemsize = len(ins), dtype.itemsize
-    elementwise = all(s == () for s in ins)
+    elementwise = all(s == () for s in ins)         # (no uniform input either)
     single = len(outs) == 1 and outs[0] == ()
     # batches of fewer elements than this get plain np.empty results, without the pool's call
     small = pool.POOL_MIN // dtype.itemsize // max([1, *(prod(t) for t in outs)])
@@ -103,6 +105,9 @@ def _direct_run(call, address: int, dtype: np.dtype, in_shapes: list[tuple], out
                 args.append(a)
         else:
             for a, tail in zip(inputs, ins):
+                if tail is None:         # uniform: one number (the boundary checked it is one)
+                    args.append(np.full(1, a, dtype))
+                    continue
                 full = batch + tail
                 if type(a) is not ndarray or a.dtype is not dtype or a.shape != full:
                     a = _materialize(a, full, dtype)
@@ -116,19 +121,19 @@ def _direct_run(call, address: int, dtype: np.dtype, in_shapes: list[tuple], out
             args += out
             try:
                 call(*args)
-            except ValueError:          # an input that is not C-contiguous or not aligned: copy it
+            except ValueError:          # an input that is not C-contiguous or not aligned: copy it, retry
                 for k in range(n_in):
                     a = args[4 + k]
                     if not _usable(a.flags):
                         args[4 + k] = _materialize(a, a.shape, dtype)
-                call(*args)
+                call(*args)             # (out= results were checked at the boundary)
         return out
 
     return run
 
 
 def _make_run(fn, ffi, dtype: np.dtype, in_shapes: list[tuple], out_shapes: list[tuple]) -> Run:
-    """``run`` through cffi's call (a uniform input, or the direct call unavailable)."""
+    """``run`` through cffi's call (where ``direct`` cannot be built, or for more than its MAX_ARRAYS)."""
     ctype = ffi.typeof(f"{build_c.C_TYPES[_SUFFIX[dtype]]}[]")
     from_buffer = ffi.from_buffer
     ndarray, empty = np.ndarray, pool.empty

@@ -1,12 +1,14 @@
 """A direct call into a C kernel for the backend's hot path: ``call(address, n, n_inputs, itemsize, *arrays)``.
 
-cffi's generic call converts every argument to a cdata (``ffi.from_buffer``, ~0.2 us each) and then its
-call itself costs ~0.8 us for five pointers: on a 10-element array that is most of a tape op. This small
-CPython extension (built once per toolchain and Python, through the same cache as the kernels) takes the
-kernel's address and the arrays themselves, reads their data pointers through the buffer protocol,
-releases the GIL and calls the kernel with ``n`` and the pointers in order. An array that is not
-C-contiguous or not aligned to ``itemsize`` (or a result that is not writable) raises ValueError before
-anything runs. The caller has checked dtypes and shapes, as it does for cffi.
+cffi's call converts every array to a cdata first (``ffi.from_buffer``, ~0.2 us each): on a 10-element
+array that is most of a tape op. This small CPython extension (built once per toolchain and Python,
+through the same cache as the kernels) takes the address of a kernel's pointer-array entry
+(``<kernel>__<program>_<dtype>__ptrs(int64_t n, void *const *p)``, emitted beside every kernel, so the
+call is made through its exact type) and the arrays themselves, reads their data pointers through the
+buffer protocol, releases the GIL and calls the entry. A uniform input is passed as a one-element array
+of the kernel's dtype. An array that is not C-contiguous or not aligned to ``itemsize`` (or a result that
+is not writable) raises ValueError before anything runs. The caller has checked dtypes and shapes, as it
+does for cffi.
 
 ``caller()`` is None when the extension cannot be built; the backend then keeps cffi's call.
 """
@@ -20,18 +22,12 @@ from ..errors import CompileError
 from ..toolchain import CompilerUnavailable, debug
 
 #: The most arrays (inputs + results) one call takes; kernels with more go through cffi.
-MAX_ARRAYS = 32
+MAX_ARRAYS = 64
 #: The label of its cache entry (``symgrad cache list``).
 LABEL = "symgrad's direct kernel call"
 
 
 def _source() -> str:
-    cases = []
-    for k in range(1, MAX_ARRAYS + 1):
-        params = ", ".join(["int64_t"] + ["void *"] * k)
-        args = ", ".join(["n"] + [f"p[{i}]" for i in range(k)])
-        cases.append(f"    case {k}: ((void (*)({params}))fn)({args}); break;")
-    switch = "\n".join(cases)
     return f"""\
 /* symgrad's direct kernel call (see symgrad/backends/direct.py) */
 #define PY_SSIZE_T_CLEAN
@@ -44,14 +40,10 @@ def _source() -> str:
 #define SG_CAT(a, b) SG_CAT2(a, b)
 #define SG_MAX_ARRAYS {MAX_ARRAYS}
 
-static void sg_dispatch(void *fn, int64_t n, Py_ssize_t k, void **p)
-{{
-    switch (k) {{
-{switch}
-    }}
-}}
+/* a kernel's pointer-array entry (emitters/c.py): void <kernel>__<program>_<dtype>__ptrs(n, p) */
+typedef void (*sg_entry)(int64_t, void *const *);
 
-/* call(address, n, n_inputs, *arrays): the kernel at address, with n and the arrays' data pointers */
+/* call(address, n, n_inputs, itemsize, *arrays): the entry at address, with n and the arrays' data */
 static PyObject *sg_call(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {{
     Py_buffer views[SG_MAX_ARRAYS];
@@ -69,9 +61,13 @@ static PyObject *sg_call(PyObject *self, PyObject *const *args, Py_ssize_t nargs
         return NULL;
     }}
     const long long n = PyLong_AsLongLong(args[1]);
+    if (n == -1 && PyErr_Occurred())
+        return NULL;
     const Py_ssize_t n_in = PyLong_AsSsize_t(args[2]);
+    if (n_in == -1 && PyErr_Occurred())
+        return NULL;
     const Py_ssize_t itemsize = PyLong_AsSsize_t(args[3]);
-    if (PyErr_Occurred())
+    if (itemsize == -1 && PyErr_Occurred())
         return NULL;
     if (itemsize <= 0) {{
         PyErr_SetString(PyExc_ValueError, "call(): itemsize must be positive");
@@ -92,8 +88,9 @@ static PyObject *sg_call(PyObject *self, PyObject *const *args, Py_ssize_t nargs
         }}
     }}
     if (got == k && n > 0) {{
+        const sg_entry entry = (sg_entry)fn;
         Py_BEGIN_ALLOW_THREADS
-        sg_dispatch(fn, (int64_t)n, k, p);
+        entry((int64_t)n, p);
         Py_END_ALLOW_THREADS
     }}
     for (Py_ssize_t i = 0; i < got; ++i)
@@ -105,7 +102,7 @@ static PyObject *sg_call(PyObject *self, PyObject *const *args, Py_ssize_t nargs
 
 static PyMethodDef sg_methods[] = {{
     {{"call", (PyCFunction)(void (*)(void))sg_call, METH_FASTCALL,
-     "call(address, n, n_inputs, itemsize, *arrays): run the kernel at address on the arrays' data"}},
+     "call(address, n, n_inputs, itemsize, *arrays): run the kernel entry at address on the arrays' data"}},
     {{NULL, NULL, 0, NULL}}
 }};
 

@@ -16,16 +16,16 @@
 #define SG_SIMD SG_PRAGMA(omp simd)
 #if defined(_OPENMP)
 #include <omp.h>
-static inline int64_t sg_lo(int64_t n)
+static inline int64_t sg_share_lo(int64_t n)
 {
     return n*omp_get_thread_num()/omp_get_num_threads();
 }
-static inline int64_t sg_hi(int64_t n)
+static inline int64_t sg_share_hi(int64_t n)
 {
     return n*(omp_get_thread_num() + 1)/omp_get_num_threads();
 }
 #define SG_ROWS(min_n, rows, ...) \
-    if (n >= (min_n)) { SG_PRAGMA(omp parallel) rows(sg_lo(n), sg_hi(n), __VA_ARGS__); } \
+    if (n >= (min_n)) { SG_PRAGMA(omp parallel) rows(sg_share_lo(n), sg_share_hi(n), __VA_ARGS__); } \
     else rows(0, n, __VA_ARGS__)
 #else
 #define SG_ROWS(min_n, rows, ...) rows(0, n, __VA_ARGS__)
@@ -87,15 +87,15 @@ static inline double sg_tanh_f64(double x)
 /* ---- square [model.py:10] ----
    out = x**2
    vjp x: 2*grad*x */
-/* value_and_vjp of square [model.py:10], double: rows lo to hi - 1 */
-static void square__value_and_vjp_f64_rows(int64_t lo, int64_t hi,
-                                           const double *restrict x,
-                                           const double *restrict grad,
-                                           double *restrict out,
-                                           double *restrict grad_x)
+/* value_and_vjp of square [model.py:10], double: rows sg_lo to sg_hi - 1 */
+static void sg_rows_square__value_and_vjp_f64(int64_t sg_lo, int64_t sg_hi,
+                                              const double *restrict x,
+                                              const double *restrict grad,
+                                              double *restrict out,
+                                              double *restrict grad_x)
 {
     SG_SIMD
-    for (int64_t i = lo; i < hi; ++i) {
+    for (int64_t i = sg_lo; i < sg_hi; ++i) {
         out[i] = x[i]*x[i];  /* out = x**2 */
         grad_x[i] = 2.0*grad[i]*x[i];  /* grad_x = d(out)/dx . grad */
     }
@@ -108,14 +108,22 @@ void square__value_and_vjp_f64(int64_t n,
                                double *restrict out,
                                double *restrict grad_x)
 {
-    SG_ROWS(200000, square__value_and_vjp_f64_rows, x, grad, out, grad_x);
+    SG_ROWS(200000, sg_rows_square__value_and_vjp_f64, x, grad, out, grad_x);
 }
 
-/* forward of square [model.py:10], double: rows lo to hi - 1 */
-static void square__forward_f64_rows(int64_t lo, int64_t hi, const double *restrict x, double *restrict out)
+/* value_and_vjp of square [model.py:10], double: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
+void square__value_and_vjp_f64__ptrs(int64_t n, void *const *p)
+{
+    square__value_and_vjp_f64(n, p[0], p[1], p[2], p[3]);
+}
+
+/* forward of square [model.py:10], double: rows sg_lo to sg_hi - 1 */
+static void sg_rows_square__forward_f64(int64_t sg_lo, int64_t sg_hi,
+                                        const double *restrict x,
+                                        double *restrict out)
 {
     SG_SIMD
-    for (int64_t i = lo; i < hi; ++i) {
+    for (int64_t i = sg_lo; i < sg_hi; ++i) {
         out[i] = x[i]*x[i];  /* out = x**2 */
     }
 }
@@ -123,17 +131,23 @@ static void square__forward_f64_rows(int64_t lo, int64_t hi, const double *restr
 /* forward of square [model.py:10], double */
 void square__forward_f64(int64_t n, const double *restrict x, double *restrict out)
 {
-    SG_ROWS(200000, square__forward_f64_rows, x, out);
+    SG_ROWS(200000, sg_rows_square__forward_f64, x, out);
 }
 
-/* vjp of square [model.py:10], double: rows lo to hi - 1 */
-static void square__vjp_f64_rows(int64_t lo, int64_t hi,
-                                 const double *restrict x,
-                                 const double *restrict grad,
-                                 double *restrict grad_x)
+/* forward of square [model.py:10], double: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
+void square__forward_f64__ptrs(int64_t n, void *const *p)
+{
+    square__forward_f64(n, p[0], p[1]);
+}
+
+/* vjp of square [model.py:10], double: rows sg_lo to sg_hi - 1 */
+static void sg_rows_square__vjp_f64(int64_t sg_lo, int64_t sg_hi,
+                                    const double *restrict x,
+                                    const double *restrict grad,
+                                    double *restrict grad_x)
 {
     SG_SIMD
-    for (int64_t i = lo; i < hi; ++i) {
+    for (int64_t i = sg_lo; i < sg_hi; ++i) {
         grad_x[i] = 2.0*grad[i]*x[i];  /* grad_x = d(out)/dx . grad */
     }
 }
@@ -144,18 +158,24 @@ void square__vjp_f64(int64_t n,
                      const double *restrict grad,
                      double *restrict grad_x)
 {
-    SG_ROWS(200000, square__vjp_f64_rows, x, grad, grad_x);
+    SG_ROWS(200000, sg_rows_square__vjp_f64, x, grad, grad_x);
 }
 
-/* jvp of square [model.py:10], double: rows lo to hi - 1 */
-static void square__jvp_f64_rows(int64_t lo, int64_t hi,
-                                 const double *restrict x,
-                                 const double *restrict tangent_x,
-                                 double *restrict out,
-                                 double *restrict jvp_out)
+/* vjp of square [model.py:10], double: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
+void square__vjp_f64__ptrs(int64_t n, void *const *p)
+{
+    square__vjp_f64(n, p[0], p[1], p[2]);
+}
+
+/* jvp of square [model.py:10], double: rows sg_lo to sg_hi - 1 */
+static void sg_rows_square__jvp_f64(int64_t sg_lo, int64_t sg_hi,
+                                    const double *restrict x,
+                                    const double *restrict tangent_x,
+                                    double *restrict out,
+                                    double *restrict jvp_out)
 {
     SG_SIMD
-    for (int64_t i = lo; i < hi; ++i) {
+    for (int64_t i = sg_lo; i < sg_hi; ++i) {
         out[i] = x[i]*x[i];  /* out = x**2 */
         jvp_out[i] = 2.0*tangent_x[i]*x[i];
     }
@@ -168,17 +188,23 @@ void square__jvp_f64(int64_t n,
                      double *restrict out,
                      double *restrict jvp_out)
 {
-    SG_ROWS(200000, square__jvp_f64_rows, x, tangent_x, out, jvp_out);
+    SG_ROWS(200000, sg_rows_square__jvp_f64, x, tangent_x, out, jvp_out);
 }
 
-/* value_and_jacobian of square [model.py:10], double: rows lo to hi - 1 */
-static void square__value_and_jacobian_f64_rows(int64_t lo, int64_t hi,
-                                                const double *restrict x,
-                                                double *restrict out,
-                                                double *restrict jacobian)
+/* jvp of square [model.py:10], double: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
+void square__jvp_f64__ptrs(int64_t n, void *const *p)
+{
+    square__jvp_f64(n, p[0], p[1], p[2], p[3]);
+}
+
+/* value_and_jacobian of square [model.py:10], double: rows sg_lo to sg_hi - 1 */
+static void sg_rows_square__value_and_jacobian_f64(int64_t sg_lo, int64_t sg_hi,
+                                                   const double *restrict x,
+                                                   double *restrict out,
+                                                   double *restrict jacobian)
 {
     SG_SIMD
-    for (int64_t i = lo; i < hi; ++i) {
+    for (int64_t i = sg_lo; i < sg_hi; ++i) {
         out[i] = x[i]*x[i];  /* out = x**2 */
         jacobian[i] = 2.0*x[i];
     }
@@ -190,18 +216,24 @@ void square__value_and_jacobian_f64(int64_t n,
                                     double *restrict out,
                                     double *restrict jacobian)
 {
-    SG_ROWS(200000, square__value_and_jacobian_f64_rows, x, out, jacobian);
+    SG_ROWS(200000, sg_rows_square__value_and_jacobian_f64, x, out, jacobian);
 }
 
-/* value_and_vjp of square [model.py:10], float: rows lo to hi - 1 */
-static void square__value_and_vjp_f32_rows(int64_t lo, int64_t hi,
-                                           const float *restrict x,
-                                           const float *restrict grad,
-                                           float *restrict out,
-                                           float *restrict grad_x)
+/* value_and_jacobian of square [model.py:10], double: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
+void square__value_and_jacobian_f64__ptrs(int64_t n, void *const *p)
+{
+    square__value_and_jacobian_f64(n, p[0], p[1], p[2]);
+}
+
+/* value_and_vjp of square [model.py:10], float: rows sg_lo to sg_hi - 1 */
+static void sg_rows_square__value_and_vjp_f32(int64_t sg_lo, int64_t sg_hi,
+                                              const float *restrict x,
+                                              const float *restrict grad,
+                                              float *restrict out,
+                                              float *restrict grad_x)
 {
     SG_SIMD
-    for (int64_t i = lo; i < hi; ++i) {
+    for (int64_t i = sg_lo; i < sg_hi; ++i) {
         out[i] = x[i]*x[i];  /* out = x**2 */
         grad_x[i] = 2.0F*grad[i]*x[i];  /* grad_x = d(out)/dx . grad */
     }
@@ -214,14 +246,22 @@ void square__value_and_vjp_f32(int64_t n,
                                float *restrict out,
                                float *restrict grad_x)
 {
-    SG_ROWS(200000, square__value_and_vjp_f32_rows, x, grad, out, grad_x);
+    SG_ROWS(200000, sg_rows_square__value_and_vjp_f32, x, grad, out, grad_x);
 }
 
-/* forward of square [model.py:10], float: rows lo to hi - 1 */
-static void square__forward_f32_rows(int64_t lo, int64_t hi, const float *restrict x, float *restrict out)
+/* value_and_vjp of square [model.py:10], float: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
+void square__value_and_vjp_f32__ptrs(int64_t n, void *const *p)
+{
+    square__value_and_vjp_f32(n, p[0], p[1], p[2], p[3]);
+}
+
+/* forward of square [model.py:10], float: rows sg_lo to sg_hi - 1 */
+static void sg_rows_square__forward_f32(int64_t sg_lo, int64_t sg_hi,
+                                        const float *restrict x,
+                                        float *restrict out)
 {
     SG_SIMD
-    for (int64_t i = lo; i < hi; ++i) {
+    for (int64_t i = sg_lo; i < sg_hi; ++i) {
         out[i] = x[i]*x[i];  /* out = x**2 */
     }
 }
@@ -229,17 +269,23 @@ static void square__forward_f32_rows(int64_t lo, int64_t hi, const float *restri
 /* forward of square [model.py:10], float */
 void square__forward_f32(int64_t n, const float *restrict x, float *restrict out)
 {
-    SG_ROWS(200000, square__forward_f32_rows, x, out);
+    SG_ROWS(200000, sg_rows_square__forward_f32, x, out);
 }
 
-/* vjp of square [model.py:10], float: rows lo to hi - 1 */
-static void square__vjp_f32_rows(int64_t lo, int64_t hi,
-                                 const float *restrict x,
-                                 const float *restrict grad,
-                                 float *restrict grad_x)
+/* forward of square [model.py:10], float: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
+void square__forward_f32__ptrs(int64_t n, void *const *p)
+{
+    square__forward_f32(n, p[0], p[1]);
+}
+
+/* vjp of square [model.py:10], float: rows sg_lo to sg_hi - 1 */
+static void sg_rows_square__vjp_f32(int64_t sg_lo, int64_t sg_hi,
+                                    const float *restrict x,
+                                    const float *restrict grad,
+                                    float *restrict grad_x)
 {
     SG_SIMD
-    for (int64_t i = lo; i < hi; ++i) {
+    for (int64_t i = sg_lo; i < sg_hi; ++i) {
         grad_x[i] = 2.0F*grad[i]*x[i];  /* grad_x = d(out)/dx . grad */
     }
 }
@@ -247,18 +293,24 @@ static void square__vjp_f32_rows(int64_t lo, int64_t hi,
 /* vjp of square [model.py:10], float */
 void square__vjp_f32(int64_t n, const float *restrict x, const float *restrict grad, float *restrict grad_x)
 {
-    SG_ROWS(200000, square__vjp_f32_rows, x, grad, grad_x);
+    SG_ROWS(200000, sg_rows_square__vjp_f32, x, grad, grad_x);
 }
 
-/* jvp of square [model.py:10], float: rows lo to hi - 1 */
-static void square__jvp_f32_rows(int64_t lo, int64_t hi,
-                                 const float *restrict x,
-                                 const float *restrict tangent_x,
-                                 float *restrict out,
-                                 float *restrict jvp_out)
+/* vjp of square [model.py:10], float: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
+void square__vjp_f32__ptrs(int64_t n, void *const *p)
+{
+    square__vjp_f32(n, p[0], p[1], p[2]);
+}
+
+/* jvp of square [model.py:10], float: rows sg_lo to sg_hi - 1 */
+static void sg_rows_square__jvp_f32(int64_t sg_lo, int64_t sg_hi,
+                                    const float *restrict x,
+                                    const float *restrict tangent_x,
+                                    float *restrict out,
+                                    float *restrict jvp_out)
 {
     SG_SIMD
-    for (int64_t i = lo; i < hi; ++i) {
+    for (int64_t i = sg_lo; i < sg_hi; ++i) {
         out[i] = x[i]*x[i];  /* out = x**2 */
         jvp_out[i] = 2.0F*tangent_x[i]*x[i];
     }
@@ -271,17 +323,23 @@ void square__jvp_f32(int64_t n,
                      float *restrict out,
                      float *restrict jvp_out)
 {
-    SG_ROWS(200000, square__jvp_f32_rows, x, tangent_x, out, jvp_out);
+    SG_ROWS(200000, sg_rows_square__jvp_f32, x, tangent_x, out, jvp_out);
 }
 
-/* value_and_jacobian of square [model.py:10], float: rows lo to hi - 1 */
-static void square__value_and_jacobian_f32_rows(int64_t lo, int64_t hi,
-                                                const float *restrict x,
-                                                float *restrict out,
-                                                float *restrict jacobian)
+/* jvp of square [model.py:10], float: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
+void square__jvp_f32__ptrs(int64_t n, void *const *p)
+{
+    square__jvp_f32(n, p[0], p[1], p[2], p[3]);
+}
+
+/* value_and_jacobian of square [model.py:10], float: rows sg_lo to sg_hi - 1 */
+static void sg_rows_square__value_and_jacobian_f32(int64_t sg_lo, int64_t sg_hi,
+                                                   const float *restrict x,
+                                                   float *restrict out,
+                                                   float *restrict jacobian)
 {
     SG_SIMD
-    for (int64_t i = lo; i < hi; ++i) {
+    for (int64_t i = sg_lo; i < sg_hi; ++i) {
         out[i] = x[i]*x[i];  /* out = x**2 */
         jacobian[i] = 2.0F*x[i];
     }
@@ -293,21 +351,27 @@ void square__value_and_jacobian_f32(int64_t n,
                                     float *restrict out,
                                     float *restrict jacobian)
 {
-    SG_ROWS(200000, square__value_and_jacobian_f32_rows, x, out, jacobian);
+    SG_ROWS(200000, sg_rows_square__value_and_jacobian_f32, x, out, jacobian);
+}
+
+/* value_and_jacobian of square [model.py:10], float: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
+void square__value_and_jacobian_f32__ptrs(int64_t n, void *const *p)
+{
+    square__value_and_jacobian_f32(n, p[0], p[1], p[2]);
 }
 
 /* ---- neo_relu [model.py:15] ----
    out = where(x > 0, x, -0.1)
    vjp x: grad*where(x > 0, 1, 0) */
-/* value_and_vjp of neo_relu [model.py:15], double: rows lo to hi - 1 */
-static void neo_relu__value_and_vjp_f64_rows(int64_t lo, int64_t hi,
-                                             const double *restrict x,
-                                             const double *restrict grad,
-                                             double *restrict out,
-                                             double *restrict grad_x)
+/* value_and_vjp of neo_relu [model.py:15], double: rows sg_lo to sg_hi - 1 */
+static void sg_rows_neo_relu__value_and_vjp_f64(int64_t sg_lo, int64_t sg_hi,
+                                                const double *restrict x,
+                                                const double *restrict grad,
+                                                double *restrict out,
+                                                double *restrict grad_x)
 {
     SG_SIMD
-    for (int64_t i = lo; i < hi; ++i) {
+    for (int64_t i = sg_lo; i < sg_hi; ++i) {
         out[i] = (x[i] > 0.0 ? x[i] : -0.1);  /* out = where(x > 0, x, -0.1) */
         grad_x[i] = grad[i]*(x[i] > 0.0 ? 1.0 : 0.0);  /* grad_x = d(out)/dx . grad */
     }
@@ -320,14 +384,22 @@ void neo_relu__value_and_vjp_f64(int64_t n,
                                  double *restrict out,
                                  double *restrict grad_x)
 {
-    SG_ROWS(200000, neo_relu__value_and_vjp_f64_rows, x, grad, out, grad_x);
+    SG_ROWS(200000, sg_rows_neo_relu__value_and_vjp_f64, x, grad, out, grad_x);
 }
 
-/* forward of neo_relu [model.py:15], double: rows lo to hi - 1 */
-static void neo_relu__forward_f64_rows(int64_t lo, int64_t hi, const double *restrict x, double *restrict out)
+/* value_and_vjp of neo_relu [model.py:15], double: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
+void neo_relu__value_and_vjp_f64__ptrs(int64_t n, void *const *p)
+{
+    neo_relu__value_and_vjp_f64(n, p[0], p[1], p[2], p[3]);
+}
+
+/* forward of neo_relu [model.py:15], double: rows sg_lo to sg_hi - 1 */
+static void sg_rows_neo_relu__forward_f64(int64_t sg_lo, int64_t sg_hi,
+                                          const double *restrict x,
+                                          double *restrict out)
 {
     SG_SIMD
-    for (int64_t i = lo; i < hi; ++i) {
+    for (int64_t i = sg_lo; i < sg_hi; ++i) {
         out[i] = (x[i] > 0.0 ? x[i] : -0.1);  /* out = where(x > 0, x, -0.1) */
     }
 }
@@ -335,17 +407,23 @@ static void neo_relu__forward_f64_rows(int64_t lo, int64_t hi, const double *res
 /* forward of neo_relu [model.py:15], double */
 void neo_relu__forward_f64(int64_t n, const double *restrict x, double *restrict out)
 {
-    SG_ROWS(200000, neo_relu__forward_f64_rows, x, out);
+    SG_ROWS(200000, sg_rows_neo_relu__forward_f64, x, out);
 }
 
-/* vjp of neo_relu [model.py:15], double: rows lo to hi - 1 */
-static void neo_relu__vjp_f64_rows(int64_t lo, int64_t hi,
-                                   const double *restrict x,
-                                   const double *restrict grad,
-                                   double *restrict grad_x)
+/* forward of neo_relu [model.py:15], double: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
+void neo_relu__forward_f64__ptrs(int64_t n, void *const *p)
+{
+    neo_relu__forward_f64(n, p[0], p[1]);
+}
+
+/* vjp of neo_relu [model.py:15], double: rows sg_lo to sg_hi - 1 */
+static void sg_rows_neo_relu__vjp_f64(int64_t sg_lo, int64_t sg_hi,
+                                      const double *restrict x,
+                                      const double *restrict grad,
+                                      double *restrict grad_x)
 {
     SG_SIMD
-    for (int64_t i = lo; i < hi; ++i) {
+    for (int64_t i = sg_lo; i < sg_hi; ++i) {
         grad_x[i] = grad[i]*(x[i] > 0.0 ? 1.0 : 0.0);  /* grad_x = d(out)/dx . grad */
     }
 }
@@ -356,18 +434,24 @@ void neo_relu__vjp_f64(int64_t n,
                        const double *restrict grad,
                        double *restrict grad_x)
 {
-    SG_ROWS(200000, neo_relu__vjp_f64_rows, x, grad, grad_x);
+    SG_ROWS(200000, sg_rows_neo_relu__vjp_f64, x, grad, grad_x);
 }
 
-/* jvp of neo_relu [model.py:15], double: rows lo to hi - 1 */
-static void neo_relu__jvp_f64_rows(int64_t lo, int64_t hi,
-                                   const double *restrict x,
-                                   const double *restrict tangent_x,
-                                   double *restrict out,
-                                   double *restrict jvp_out)
+/* vjp of neo_relu [model.py:15], double: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
+void neo_relu__vjp_f64__ptrs(int64_t n, void *const *p)
+{
+    neo_relu__vjp_f64(n, p[0], p[1], p[2]);
+}
+
+/* jvp of neo_relu [model.py:15], double: rows sg_lo to sg_hi - 1 */
+static void sg_rows_neo_relu__jvp_f64(int64_t sg_lo, int64_t sg_hi,
+                                      const double *restrict x,
+                                      const double *restrict tangent_x,
+                                      double *restrict out,
+                                      double *restrict jvp_out)
 {
     SG_SIMD
-    for (int64_t i = lo; i < hi; ++i) {
+    for (int64_t i = sg_lo; i < sg_hi; ++i) {
         out[i] = (x[i] > 0.0 ? x[i] : -0.1);  /* out = where(x > 0, x, -0.1) */
         jvp_out[i] = tangent_x[i]*(x[i] > 0.0 ? 1.0 : 0.0);
     }
@@ -380,17 +464,23 @@ void neo_relu__jvp_f64(int64_t n,
                        double *restrict out,
                        double *restrict jvp_out)
 {
-    SG_ROWS(200000, neo_relu__jvp_f64_rows, x, tangent_x, out, jvp_out);
+    SG_ROWS(200000, sg_rows_neo_relu__jvp_f64, x, tangent_x, out, jvp_out);
 }
 
-/* value_and_jacobian of neo_relu [model.py:15], double: rows lo to hi - 1 */
-static void neo_relu__value_and_jacobian_f64_rows(int64_t lo, int64_t hi,
-                                                  const double *restrict x,
-                                                  double *restrict out,
-                                                  double *restrict jacobian)
+/* jvp of neo_relu [model.py:15], double: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
+void neo_relu__jvp_f64__ptrs(int64_t n, void *const *p)
+{
+    neo_relu__jvp_f64(n, p[0], p[1], p[2], p[3]);
+}
+
+/* value_and_jacobian of neo_relu [model.py:15], double: rows sg_lo to sg_hi - 1 */
+static void sg_rows_neo_relu__value_and_jacobian_f64(int64_t sg_lo, int64_t sg_hi,
+                                                     const double *restrict x,
+                                                     double *restrict out,
+                                                     double *restrict jacobian)
 {
     SG_SIMD
-    for (int64_t i = lo; i < hi; ++i) {
+    for (int64_t i = sg_lo; i < sg_hi; ++i) {
         out[i] = (x[i] > 0.0 ? x[i] : -0.1);  /* out = where(x > 0, x, -0.1) */
         jacobian[i] = (x[i] > 0.0 ? 1.0 : 0.0);
     }
@@ -402,18 +492,24 @@ void neo_relu__value_and_jacobian_f64(int64_t n,
                                       double *restrict out,
                                       double *restrict jacobian)
 {
-    SG_ROWS(200000, neo_relu__value_and_jacobian_f64_rows, x, out, jacobian);
+    SG_ROWS(200000, sg_rows_neo_relu__value_and_jacobian_f64, x, out, jacobian);
 }
 
-/* value_and_vjp of neo_relu [model.py:15], float: rows lo to hi - 1 */
-static void neo_relu__value_and_vjp_f32_rows(int64_t lo, int64_t hi,
-                                             const float *restrict x,
-                                             const float *restrict grad,
-                                             float *restrict out,
-                                             float *restrict grad_x)
+/* value_and_jacobian of neo_relu [model.py:15], double: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
+void neo_relu__value_and_jacobian_f64__ptrs(int64_t n, void *const *p)
+{
+    neo_relu__value_and_jacobian_f64(n, p[0], p[1], p[2]);
+}
+
+/* value_and_vjp of neo_relu [model.py:15], float: rows sg_lo to sg_hi - 1 */
+static void sg_rows_neo_relu__value_and_vjp_f32(int64_t sg_lo, int64_t sg_hi,
+                                                const float *restrict x,
+                                                const float *restrict grad,
+                                                float *restrict out,
+                                                float *restrict grad_x)
 {
     SG_SIMD
-    for (int64_t i = lo; i < hi; ++i) {
+    for (int64_t i = sg_lo; i < sg_hi; ++i) {
         out[i] = (x[i] > 0.0F ? x[i] : -0.1F);  /* out = where(x > 0, x, -0.1) */
         grad_x[i] = grad[i]*(x[i] > 0.0F ? 1.0F : 0.0F);  /* grad_x = d(out)/dx . grad */
     }
@@ -426,14 +522,22 @@ void neo_relu__value_and_vjp_f32(int64_t n,
                                  float *restrict out,
                                  float *restrict grad_x)
 {
-    SG_ROWS(200000, neo_relu__value_and_vjp_f32_rows, x, grad, out, grad_x);
+    SG_ROWS(200000, sg_rows_neo_relu__value_and_vjp_f32, x, grad, out, grad_x);
 }
 
-/* forward of neo_relu [model.py:15], float: rows lo to hi - 1 */
-static void neo_relu__forward_f32_rows(int64_t lo, int64_t hi, const float *restrict x, float *restrict out)
+/* value_and_vjp of neo_relu [model.py:15], float: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
+void neo_relu__value_and_vjp_f32__ptrs(int64_t n, void *const *p)
+{
+    neo_relu__value_and_vjp_f32(n, p[0], p[1], p[2], p[3]);
+}
+
+/* forward of neo_relu [model.py:15], float: rows sg_lo to sg_hi - 1 */
+static void sg_rows_neo_relu__forward_f32(int64_t sg_lo, int64_t sg_hi,
+                                          const float *restrict x,
+                                          float *restrict out)
 {
     SG_SIMD
-    for (int64_t i = lo; i < hi; ++i) {
+    for (int64_t i = sg_lo; i < sg_hi; ++i) {
         out[i] = (x[i] > 0.0F ? x[i] : -0.1F);  /* out = where(x > 0, x, -0.1) */
     }
 }
@@ -441,17 +545,23 @@ static void neo_relu__forward_f32_rows(int64_t lo, int64_t hi, const float *rest
 /* forward of neo_relu [model.py:15], float */
 void neo_relu__forward_f32(int64_t n, const float *restrict x, float *restrict out)
 {
-    SG_ROWS(200000, neo_relu__forward_f32_rows, x, out);
+    SG_ROWS(200000, sg_rows_neo_relu__forward_f32, x, out);
 }
 
-/* vjp of neo_relu [model.py:15], float: rows lo to hi - 1 */
-static void neo_relu__vjp_f32_rows(int64_t lo, int64_t hi,
-                                   const float *restrict x,
-                                   const float *restrict grad,
-                                   float *restrict grad_x)
+/* forward of neo_relu [model.py:15], float: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
+void neo_relu__forward_f32__ptrs(int64_t n, void *const *p)
+{
+    neo_relu__forward_f32(n, p[0], p[1]);
+}
+
+/* vjp of neo_relu [model.py:15], float: rows sg_lo to sg_hi - 1 */
+static void sg_rows_neo_relu__vjp_f32(int64_t sg_lo, int64_t sg_hi,
+                                      const float *restrict x,
+                                      const float *restrict grad,
+                                      float *restrict grad_x)
 {
     SG_SIMD
-    for (int64_t i = lo; i < hi; ++i) {
+    for (int64_t i = sg_lo; i < sg_hi; ++i) {
         grad_x[i] = grad[i]*(x[i] > 0.0F ? 1.0F : 0.0F);  /* grad_x = d(out)/dx . grad */
     }
 }
@@ -459,18 +569,24 @@ static void neo_relu__vjp_f32_rows(int64_t lo, int64_t hi,
 /* vjp of neo_relu [model.py:15], float */
 void neo_relu__vjp_f32(int64_t n, const float *restrict x, const float *restrict grad, float *restrict grad_x)
 {
-    SG_ROWS(200000, neo_relu__vjp_f32_rows, x, grad, grad_x);
+    SG_ROWS(200000, sg_rows_neo_relu__vjp_f32, x, grad, grad_x);
 }
 
-/* jvp of neo_relu [model.py:15], float: rows lo to hi - 1 */
-static void neo_relu__jvp_f32_rows(int64_t lo, int64_t hi,
-                                   const float *restrict x,
-                                   const float *restrict tangent_x,
-                                   float *restrict out,
-                                   float *restrict jvp_out)
+/* vjp of neo_relu [model.py:15], float: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
+void neo_relu__vjp_f32__ptrs(int64_t n, void *const *p)
+{
+    neo_relu__vjp_f32(n, p[0], p[1], p[2]);
+}
+
+/* jvp of neo_relu [model.py:15], float: rows sg_lo to sg_hi - 1 */
+static void sg_rows_neo_relu__jvp_f32(int64_t sg_lo, int64_t sg_hi,
+                                      const float *restrict x,
+                                      const float *restrict tangent_x,
+                                      float *restrict out,
+                                      float *restrict jvp_out)
 {
     SG_SIMD
-    for (int64_t i = lo; i < hi; ++i) {
+    for (int64_t i = sg_lo; i < sg_hi; ++i) {
         out[i] = (x[i] > 0.0F ? x[i] : -0.1F);  /* out = where(x > 0, x, -0.1) */
         jvp_out[i] = tangent_x[i]*(x[i] > 0.0F ? 1.0F : 0.0F);
     }
@@ -483,17 +599,23 @@ void neo_relu__jvp_f32(int64_t n,
                        float *restrict out,
                        float *restrict jvp_out)
 {
-    SG_ROWS(200000, neo_relu__jvp_f32_rows, x, tangent_x, out, jvp_out);
+    SG_ROWS(200000, sg_rows_neo_relu__jvp_f32, x, tangent_x, out, jvp_out);
 }
 
-/* value_and_jacobian of neo_relu [model.py:15], float: rows lo to hi - 1 */
-static void neo_relu__value_and_jacobian_f32_rows(int64_t lo, int64_t hi,
-                                                  const float *restrict x,
-                                                  float *restrict out,
-                                                  float *restrict jacobian)
+/* jvp of neo_relu [model.py:15], float: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
+void neo_relu__jvp_f32__ptrs(int64_t n, void *const *p)
+{
+    neo_relu__jvp_f32(n, p[0], p[1], p[2], p[3]);
+}
+
+/* value_and_jacobian of neo_relu [model.py:15], float: rows sg_lo to sg_hi - 1 */
+static void sg_rows_neo_relu__value_and_jacobian_f32(int64_t sg_lo, int64_t sg_hi,
+                                                     const float *restrict x,
+                                                     float *restrict out,
+                                                     float *restrict jacobian)
 {
     SG_SIMD
-    for (int64_t i = lo; i < hi; ++i) {
+    for (int64_t i = sg_lo; i < sg_hi; ++i) {
         out[i] = (x[i] > 0.0F ? x[i] : -0.1F);  /* out = where(x > 0, x, -0.1) */
         jacobian[i] = (x[i] > 0.0F ? 1.0F : 0.0F);
     }
@@ -505,21 +627,27 @@ void neo_relu__value_and_jacobian_f32(int64_t n,
                                       float *restrict out,
                                       float *restrict jacobian)
 {
-    SG_ROWS(200000, neo_relu__value_and_jacobian_f32_rows, x, out, jacobian);
+    SG_ROWS(200000, sg_rows_neo_relu__value_and_jacobian_f32, x, out, jacobian);
+}
+
+/* value_and_jacobian of neo_relu [model.py:15], float: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
+void neo_relu__value_and_jacobian_f32__ptrs(int64_t n, void *const *p)
+{
+    neo_relu__value_and_jacobian_f32(n, p[0], p[1], p[2]);
 }
 
 /* ---- softplus [model.py:21] ----
    out = softplus(x)
    vjp x: grad*sigmoid(x) */
-/* value_and_vjp of softplus [model.py:21], double: rows lo to hi - 1 */
-static void softplus__value_and_vjp_f64_rows(int64_t lo, int64_t hi,
-                                             const double *restrict x,
-                                             const double *restrict grad,
-                                             double *restrict out,
-                                             double *restrict grad_x)
+/* value_and_vjp of softplus [model.py:21], double: rows sg_lo to sg_hi - 1 */
+static void sg_rows_softplus__value_and_vjp_f64(int64_t sg_lo, int64_t sg_hi,
+                                                const double *restrict x,
+                                                const double *restrict grad,
+                                                double *restrict out,
+                                                double *restrict grad_x)
 {
     SG_SIMD
-    for (int64_t i = lo; i < hi; ++i) {
+    for (int64_t i = sg_lo; i < sg_hi; ++i) {
         const double t0 = exp(-fabs(x[i]));
         out[i] = (x[i] > 0.0 ? x[i] : 0.0) + log1p(t0);  /* out = softplus(x) */
         grad_x[i] = grad[i]*(x[i] >= 0.0 ? 1.0 : t0)/(1.0 + t0);  /* grad_x = d(out)/dx . grad */
@@ -533,14 +661,22 @@ void softplus__value_and_vjp_f64(int64_t n,
                                  double *restrict out,
                                  double *restrict grad_x)
 {
-    SG_ROWS(200000, softplus__value_and_vjp_f64_rows, x, grad, out, grad_x);
+    SG_ROWS(200000, sg_rows_softplus__value_and_vjp_f64, x, grad, out, grad_x);
 }
 
-/* forward of softplus [model.py:21], double: rows lo to hi - 1 */
-static void softplus__forward_f64_rows(int64_t lo, int64_t hi, const double *restrict x, double *restrict out)
+/* value_and_vjp of softplus [model.py:21], double: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
+void softplus__value_and_vjp_f64__ptrs(int64_t n, void *const *p)
+{
+    softplus__value_and_vjp_f64(n, p[0], p[1], p[2], p[3]);
+}
+
+/* forward of softplus [model.py:21], double: rows sg_lo to sg_hi - 1 */
+static void sg_rows_softplus__forward_f64(int64_t sg_lo, int64_t sg_hi,
+                                          const double *restrict x,
+                                          double *restrict out)
 {
     SG_SIMD
-    for (int64_t i = lo; i < hi; ++i) {
+    for (int64_t i = sg_lo; i < sg_hi; ++i) {
         out[i] = (x[i] > 0.0 ? x[i] : 0.0) + log1p(exp(-fabs(x[i])));  /* out = softplus(x) */
     }
 }
@@ -548,17 +684,23 @@ static void softplus__forward_f64_rows(int64_t lo, int64_t hi, const double *res
 /* forward of softplus [model.py:21], double */
 void softplus__forward_f64(int64_t n, const double *restrict x, double *restrict out)
 {
-    SG_ROWS(200000, softplus__forward_f64_rows, x, out);
+    SG_ROWS(200000, sg_rows_softplus__forward_f64, x, out);
 }
 
-/* vjp of softplus [model.py:21], double: rows lo to hi - 1 */
-static void softplus__vjp_f64_rows(int64_t lo, int64_t hi,
-                                   const double *restrict x,
-                                   const double *restrict grad,
-                                   double *restrict grad_x)
+/* forward of softplus [model.py:21], double: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
+void softplus__forward_f64__ptrs(int64_t n, void *const *p)
+{
+    softplus__forward_f64(n, p[0], p[1]);
+}
+
+/* vjp of softplus [model.py:21], double: rows sg_lo to sg_hi - 1 */
+static void sg_rows_softplus__vjp_f64(int64_t sg_lo, int64_t sg_hi,
+                                      const double *restrict x,
+                                      const double *restrict grad,
+                                      double *restrict grad_x)
 {
     SG_SIMD
-    for (int64_t i = lo; i < hi; ++i) {
+    for (int64_t i = sg_lo; i < sg_hi; ++i) {
         const double t0 = exp(-fabs(x[i]));
         grad_x[i] = grad[i]*(x[i] >= 0.0 ? 1.0 : t0)/(1.0 + t0);  /* grad_x = d(out)/dx . grad */
     }
@@ -570,18 +712,24 @@ void softplus__vjp_f64(int64_t n,
                        const double *restrict grad,
                        double *restrict grad_x)
 {
-    SG_ROWS(200000, softplus__vjp_f64_rows, x, grad, grad_x);
+    SG_ROWS(200000, sg_rows_softplus__vjp_f64, x, grad, grad_x);
 }
 
-/* jvp of softplus [model.py:21], double: rows lo to hi - 1 */
-static void softplus__jvp_f64_rows(int64_t lo, int64_t hi,
-                                   const double *restrict x,
-                                   const double *restrict tangent_x,
-                                   double *restrict out,
-                                   double *restrict jvp_out)
+/* vjp of softplus [model.py:21], double: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
+void softplus__vjp_f64__ptrs(int64_t n, void *const *p)
+{
+    softplus__vjp_f64(n, p[0], p[1], p[2]);
+}
+
+/* jvp of softplus [model.py:21], double: rows sg_lo to sg_hi - 1 */
+static void sg_rows_softplus__jvp_f64(int64_t sg_lo, int64_t sg_hi,
+                                      const double *restrict x,
+                                      const double *restrict tangent_x,
+                                      double *restrict out,
+                                      double *restrict jvp_out)
 {
     SG_SIMD
-    for (int64_t i = lo; i < hi; ++i) {
+    for (int64_t i = sg_lo; i < sg_hi; ++i) {
         const double t0 = exp(-fabs(x[i]));
         out[i] = (x[i] > 0.0 ? x[i] : 0.0) + log1p(t0);  /* out = softplus(x) */
         jvp_out[i] = tangent_x[i]*(x[i] >= 0.0 ? 1.0 : t0)/(1.0 + t0);
@@ -595,17 +743,23 @@ void softplus__jvp_f64(int64_t n,
                        double *restrict out,
                        double *restrict jvp_out)
 {
-    SG_ROWS(200000, softplus__jvp_f64_rows, x, tangent_x, out, jvp_out);
+    SG_ROWS(200000, sg_rows_softplus__jvp_f64, x, tangent_x, out, jvp_out);
 }
 
-/* value_and_jacobian of softplus [model.py:21], double: rows lo to hi - 1 */
-static void softplus__value_and_jacobian_f64_rows(int64_t lo, int64_t hi,
-                                                  const double *restrict x,
-                                                  double *restrict out,
-                                                  double *restrict jacobian)
+/* jvp of softplus [model.py:21], double: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
+void softplus__jvp_f64__ptrs(int64_t n, void *const *p)
+{
+    softplus__jvp_f64(n, p[0], p[1], p[2], p[3]);
+}
+
+/* value_and_jacobian of softplus [model.py:21], double: rows sg_lo to sg_hi - 1 */
+static void sg_rows_softplus__value_and_jacobian_f64(int64_t sg_lo, int64_t sg_hi,
+                                                     const double *restrict x,
+                                                     double *restrict out,
+                                                     double *restrict jacobian)
 {
     SG_SIMD
-    for (int64_t i = lo; i < hi; ++i) {
+    for (int64_t i = sg_lo; i < sg_hi; ++i) {
         const double t0 = exp(-fabs(x[i]));
         out[i] = (x[i] > 0.0 ? x[i] : 0.0) + log1p(t0);  /* out = softplus(x) */
         jacobian[i] = (x[i] >= 0.0 ? 1.0 : t0)/(1.0 + t0);
@@ -618,18 +772,24 @@ void softplus__value_and_jacobian_f64(int64_t n,
                                       double *restrict out,
                                       double *restrict jacobian)
 {
-    SG_ROWS(200000, softplus__value_and_jacobian_f64_rows, x, out, jacobian);
+    SG_ROWS(200000, sg_rows_softplus__value_and_jacobian_f64, x, out, jacobian);
 }
 
-/* value_and_vjp of softplus [model.py:21], float: rows lo to hi - 1 */
-static void softplus__value_and_vjp_f32_rows(int64_t lo, int64_t hi,
-                                             const float *restrict x,
-                                             const float *restrict grad,
-                                             float *restrict out,
-                                             float *restrict grad_x)
+/* value_and_jacobian of softplus [model.py:21], double: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
+void softplus__value_and_jacobian_f64__ptrs(int64_t n, void *const *p)
+{
+    softplus__value_and_jacobian_f64(n, p[0], p[1], p[2]);
+}
+
+/* value_and_vjp of softplus [model.py:21], float: rows sg_lo to sg_hi - 1 */
+static void sg_rows_softplus__value_and_vjp_f32(int64_t sg_lo, int64_t sg_hi,
+                                                const float *restrict x,
+                                                const float *restrict grad,
+                                                float *restrict out,
+                                                float *restrict grad_x)
 {
     SG_SIMD
-    for (int64_t i = lo; i < hi; ++i) {
+    for (int64_t i = sg_lo; i < sg_hi; ++i) {
         const float t0 = expf(-fabsf(x[i]));
         out[i] = (x[i] > 0.0F ? x[i] : 0.0F) + log1pf(t0);  /* out = softplus(x) */
         grad_x[i] = grad[i]*(x[i] >= 0.0F ? 1.0F : t0)/(1.0F + t0);  /* grad_x = d(out)/dx . grad */
@@ -643,14 +803,22 @@ void softplus__value_and_vjp_f32(int64_t n,
                                  float *restrict out,
                                  float *restrict grad_x)
 {
-    SG_ROWS(200000, softplus__value_and_vjp_f32_rows, x, grad, out, grad_x);
+    SG_ROWS(200000, sg_rows_softplus__value_and_vjp_f32, x, grad, out, grad_x);
 }
 
-/* forward of softplus [model.py:21], float: rows lo to hi - 1 */
-static void softplus__forward_f32_rows(int64_t lo, int64_t hi, const float *restrict x, float *restrict out)
+/* value_and_vjp of softplus [model.py:21], float: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
+void softplus__value_and_vjp_f32__ptrs(int64_t n, void *const *p)
+{
+    softplus__value_and_vjp_f32(n, p[0], p[1], p[2], p[3]);
+}
+
+/* forward of softplus [model.py:21], float: rows sg_lo to sg_hi - 1 */
+static void sg_rows_softplus__forward_f32(int64_t sg_lo, int64_t sg_hi,
+                                          const float *restrict x,
+                                          float *restrict out)
 {
     SG_SIMD
-    for (int64_t i = lo; i < hi; ++i) {
+    for (int64_t i = sg_lo; i < sg_hi; ++i) {
         out[i] = (x[i] > 0.0F ? x[i] : 0.0F) + log1pf(expf(-fabsf(x[i])));  /* out = softplus(x) */
     }
 }
@@ -658,17 +826,23 @@ static void softplus__forward_f32_rows(int64_t lo, int64_t hi, const float *rest
 /* forward of softplus [model.py:21], float */
 void softplus__forward_f32(int64_t n, const float *restrict x, float *restrict out)
 {
-    SG_ROWS(200000, softplus__forward_f32_rows, x, out);
+    SG_ROWS(200000, sg_rows_softplus__forward_f32, x, out);
 }
 
-/* vjp of softplus [model.py:21], float: rows lo to hi - 1 */
-static void softplus__vjp_f32_rows(int64_t lo, int64_t hi,
-                                   const float *restrict x,
-                                   const float *restrict grad,
-                                   float *restrict grad_x)
+/* forward of softplus [model.py:21], float: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
+void softplus__forward_f32__ptrs(int64_t n, void *const *p)
+{
+    softplus__forward_f32(n, p[0], p[1]);
+}
+
+/* vjp of softplus [model.py:21], float: rows sg_lo to sg_hi - 1 */
+static void sg_rows_softplus__vjp_f32(int64_t sg_lo, int64_t sg_hi,
+                                      const float *restrict x,
+                                      const float *restrict grad,
+                                      float *restrict grad_x)
 {
     SG_SIMD
-    for (int64_t i = lo; i < hi; ++i) {
+    for (int64_t i = sg_lo; i < sg_hi; ++i) {
         const float t0 = expf(-fabsf(x[i]));
         grad_x[i] = grad[i]*(x[i] >= 0.0F ? 1.0F : t0)/(1.0F + t0);  /* grad_x = d(out)/dx . grad */
     }
@@ -677,18 +851,24 @@ static void softplus__vjp_f32_rows(int64_t lo, int64_t hi,
 /* vjp of softplus [model.py:21], float */
 void softplus__vjp_f32(int64_t n, const float *restrict x, const float *restrict grad, float *restrict grad_x)
 {
-    SG_ROWS(200000, softplus__vjp_f32_rows, x, grad, grad_x);
+    SG_ROWS(200000, sg_rows_softplus__vjp_f32, x, grad, grad_x);
 }
 
-/* jvp of softplus [model.py:21], float: rows lo to hi - 1 */
-static void softplus__jvp_f32_rows(int64_t lo, int64_t hi,
-                                   const float *restrict x,
-                                   const float *restrict tangent_x,
-                                   float *restrict out,
-                                   float *restrict jvp_out)
+/* vjp of softplus [model.py:21], float: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
+void softplus__vjp_f32__ptrs(int64_t n, void *const *p)
+{
+    softplus__vjp_f32(n, p[0], p[1], p[2]);
+}
+
+/* jvp of softplus [model.py:21], float: rows sg_lo to sg_hi - 1 */
+static void sg_rows_softplus__jvp_f32(int64_t sg_lo, int64_t sg_hi,
+                                      const float *restrict x,
+                                      const float *restrict tangent_x,
+                                      float *restrict out,
+                                      float *restrict jvp_out)
 {
     SG_SIMD
-    for (int64_t i = lo; i < hi; ++i) {
+    for (int64_t i = sg_lo; i < sg_hi; ++i) {
         const float t0 = expf(-fabsf(x[i]));
         out[i] = (x[i] > 0.0F ? x[i] : 0.0F) + log1pf(t0);  /* out = softplus(x) */
         jvp_out[i] = tangent_x[i]*(x[i] >= 0.0F ? 1.0F : t0)/(1.0F + t0);
@@ -702,17 +882,23 @@ void softplus__jvp_f32(int64_t n,
                        float *restrict out,
                        float *restrict jvp_out)
 {
-    SG_ROWS(200000, softplus__jvp_f32_rows, x, tangent_x, out, jvp_out);
+    SG_ROWS(200000, sg_rows_softplus__jvp_f32, x, tangent_x, out, jvp_out);
 }
 
-/* value_and_jacobian of softplus [model.py:21], float: rows lo to hi - 1 */
-static void softplus__value_and_jacobian_f32_rows(int64_t lo, int64_t hi,
-                                                  const float *restrict x,
-                                                  float *restrict out,
-                                                  float *restrict jacobian)
+/* jvp of softplus [model.py:21], float: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
+void softplus__jvp_f32__ptrs(int64_t n, void *const *p)
+{
+    softplus__jvp_f32(n, p[0], p[1], p[2], p[3]);
+}
+
+/* value_and_jacobian of softplus [model.py:21], float: rows sg_lo to sg_hi - 1 */
+static void sg_rows_softplus__value_and_jacobian_f32(int64_t sg_lo, int64_t sg_hi,
+                                                     const float *restrict x,
+                                                     float *restrict out,
+                                                     float *restrict jacobian)
 {
     SG_SIMD
-    for (int64_t i = lo; i < hi; ++i) {
+    for (int64_t i = sg_lo; i < sg_hi; ++i) {
         const float t0 = expf(-fabsf(x[i]));
         out[i] = (x[i] > 0.0F ? x[i] : 0.0F) + log1pf(t0);  /* out = softplus(x) */
         jacobian[i] = (x[i] >= 0.0F ? 1.0F : t0)/(1.0F + t0);
@@ -725,24 +911,30 @@ void softplus__value_and_jacobian_f32(int64_t n,
                                       float *restrict out,
                                       float *restrict jacobian)
 {
-    SG_ROWS(200000, softplus__value_and_jacobian_f32_rows, x, out, jacobian);
+    SG_ROWS(200000, sg_rows_softplus__value_and_jacobian_f32, x, out, jacobian);
+}
+
+/* value_and_jacobian of softplus [model.py:21], float: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
+void softplus__value_and_jacobian_f32__ptrs(int64_t n, void *const *p)
+{
+    softplus__value_and_jacobian_f32(n, p[0], p[1], p[2]);
 }
 
 /* ---- blend [model.py:27] ----
    out = exp(-y**2)*sin(x) + log1p(x**2*y**2)
    vjp x: grad*(exp(-y**2)*cos(x) + 2*x*y**2/(1 + x**2*y**2))
    vjp y: grad*(-2*y*exp(-y**2)*sin(x) + 2*x**2*y/(1 + x**2*y**2)) */
-/* value_and_vjp of blend [model.py:27], double: rows lo to hi - 1 */
-static void blend__value_and_vjp_f64_rows(int64_t lo, int64_t hi,
-                                          const double *restrict x,
-                                          const double *restrict y,
-                                          const double *restrict grad,
-                                          double *restrict out,
-                                          double *restrict grad_x,
-                                          double *restrict grad_y)
+/* value_and_vjp of blend [model.py:27], double: rows sg_lo to sg_hi - 1 */
+static void sg_rows_blend__value_and_vjp_f64(int64_t sg_lo, int64_t sg_hi,
+                                             const double *restrict x,
+                                             const double *restrict y,
+                                             const double *restrict grad,
+                                             double *restrict out,
+                                             double *restrict grad_x,
+                                             double *restrict grad_y)
 {
     SG_SIMD
-    for (int64_t i = lo; i < hi; ++i) {
+    for (int64_t i = sg_lo; i < sg_hi; ++i) {
         const double t0 = y[i]*y[i];
         const double t1 = x[i]*x[i];
         const double t2 = t0*t1;
@@ -764,17 +956,23 @@ void blend__value_and_vjp_f64(int64_t n,
                               double *restrict grad_x,
                               double *restrict grad_y)
 {
-    SG_ROWS(86956, blend__value_and_vjp_f64_rows, x, y, grad, out, grad_x, grad_y);
+    SG_ROWS(86956, sg_rows_blend__value_and_vjp_f64, x, y, grad, out, grad_x, grad_y);
 }
 
-/* forward of blend [model.py:27], double: rows lo to hi - 1 */
-static void blend__forward_f64_rows(int64_t lo, int64_t hi,
-                                    const double *restrict x,
-                                    const double *restrict y,
-                                    double *restrict out)
+/* value_and_vjp of blend [model.py:27], double: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
+void blend__value_and_vjp_f64__ptrs(int64_t n, void *const *p)
+{
+    blend__value_and_vjp_f64(n, p[0], p[1], p[2], p[3], p[4], p[5]);
+}
+
+/* forward of blend [model.py:27], double: rows sg_lo to sg_hi - 1 */
+static void sg_rows_blend__forward_f64(int64_t sg_lo, int64_t sg_hi,
+                                       const double *restrict x,
+                                       const double *restrict y,
+                                       double *restrict out)
 {
     SG_SIMD
-    for (int64_t i = lo; i < hi; ++i) {
+    for (int64_t i = sg_lo; i < sg_hi; ++i) {
         const double t0 = y[i]*y[i];
         out[i] = exp(-t0)*sin(x[i]) + log1p(t0*x[i]*x[i]);  /* out = exp(-y**2)*sin(x) + log1p(x**2*y**2) */
     }
@@ -783,19 +981,25 @@ static void blend__forward_f64_rows(int64_t lo, int64_t hi,
 /* forward of blend [model.py:27], double */
 void blend__forward_f64(int64_t n, const double *restrict x, const double *restrict y, double *restrict out)
 {
-    SG_ROWS(200000, blend__forward_f64_rows, x, y, out);
+    SG_ROWS(200000, sg_rows_blend__forward_f64, x, y, out);
 }
 
-/* vjp of blend [model.py:27], double: rows lo to hi - 1 */
-static void blend__vjp_f64_rows(int64_t lo, int64_t hi,
-                                const double *restrict x,
-                                const double *restrict y,
-                                const double *restrict grad,
-                                double *restrict grad_x,
-                                double *restrict grad_y)
+/* forward of blend [model.py:27], double: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
+void blend__forward_f64__ptrs(int64_t n, void *const *p)
+{
+    blend__forward_f64(n, p[0], p[1], p[2]);
+}
+
+/* vjp of blend [model.py:27], double: rows sg_lo to sg_hi - 1 */
+static void sg_rows_blend__vjp_f64(int64_t sg_lo, int64_t sg_hi,
+                                   const double *restrict x,
+                                   const double *restrict y,
+                                   const double *restrict grad,
+                                   double *restrict grad_x,
+                                   double *restrict grad_y)
 {
     SG_SIMD
-    for (int64_t i = lo; i < hi; ++i) {
+    for (int64_t i = sg_lo; i < sg_hi; ++i) {
         const double t0 = y[i]*y[i];
         const double t1 = x[i]*x[i];
         const double t3 = exp(-t0);
@@ -813,20 +1017,26 @@ void blend__vjp_f64(int64_t n,
                     double *restrict grad_x,
                     double *restrict grad_y)
 {
-    SG_ROWS(95238, blend__vjp_f64_rows, x, y, grad, grad_x, grad_y);
+    SG_ROWS(95238, sg_rows_blend__vjp_f64, x, y, grad, grad_x, grad_y);
 }
 
-/* jvp of blend [model.py:27], double: rows lo to hi - 1 */
-static void blend__jvp_f64_rows(int64_t lo, int64_t hi,
-                                const double *restrict x,
-                                const double *restrict y,
-                                const double *restrict tangent_x,
-                                const double *restrict tangent_y,
-                                double *restrict out,
-                                double *restrict jvp_out)
+/* vjp of blend [model.py:27], double: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
+void blend__vjp_f64__ptrs(int64_t n, void *const *p)
+{
+    blend__vjp_f64(n, p[0], p[1], p[2], p[3], p[4]);
+}
+
+/* jvp of blend [model.py:27], double: rows sg_lo to sg_hi - 1 */
+static void sg_rows_blend__jvp_f64(int64_t sg_lo, int64_t sg_hi,
+                                   const double *restrict x,
+                                   const double *restrict y,
+                                   const double *restrict tangent_x,
+                                   const double *restrict tangent_y,
+                                   double *restrict out,
+                                   double *restrict jvp_out)
 {
     SG_SIMD
-    for (int64_t i = lo; i < hi; ++i) {
+    for (int64_t i = sg_lo; i < sg_hi; ++i) {
         const double t0 = y[i]*y[i];
         const double t1 = x[i]*x[i];
         const double t2 = t0*t1;
@@ -847,18 +1057,24 @@ void blend__jvp_f64(int64_t n,
                     double *restrict out,
                     double *restrict jvp_out)
 {
-    SG_ROWS(83333, blend__jvp_f64_rows, x, y, tangent_x, tangent_y, out, jvp_out);
+    SG_ROWS(83333, sg_rows_blend__jvp_f64, x, y, tangent_x, tangent_y, out, jvp_out);
 }
 
-/* value_and_jacobian of blend [model.py:27], double: rows lo to hi - 1 */
-static void blend__value_and_jacobian_f64_rows(int64_t lo, int64_t hi,
-                                               const double *restrict x,
-                                               const double *restrict y,
-                                               double *restrict out,
-                                               double *restrict jacobian)
+/* jvp of blend [model.py:27], double: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
+void blend__jvp_f64__ptrs(int64_t n, void *const *p)
+{
+    blend__jvp_f64(n, p[0], p[1], p[2], p[3], p[4], p[5]);
+}
+
+/* value_and_jacobian of blend [model.py:27], double: rows sg_lo to sg_hi - 1 */
+static void sg_rows_blend__value_and_jacobian_f64(int64_t sg_lo, int64_t sg_hi,
+                                                  const double *restrict x,
+                                                  const double *restrict y,
+                                                  double *restrict out,
+                                                  double *restrict jacobian)
 {
     SG_SIMD
-    for (int64_t i = lo; i < hi; ++i) {
+    for (int64_t i = sg_lo; i < sg_hi; ++i) {
         const double t0 = y[i]*y[i];
         const double t1 = x[i]*x[i];
         const double t2 = t0*t1;
@@ -878,20 +1094,26 @@ void blend__value_and_jacobian_f64(int64_t n,
                                    double *restrict out,
                                    double *restrict jacobian)
 {
-    SG_ROWS(95238, blend__value_and_jacobian_f64_rows, x, y, out, jacobian);
+    SG_ROWS(95238, sg_rows_blend__value_and_jacobian_f64, x, y, out, jacobian);
 }
 
-/* value_and_vjp of blend [model.py:27], float: rows lo to hi - 1 */
-static void blend__value_and_vjp_f32_rows(int64_t lo, int64_t hi,
-                                          const float *restrict x,
-                                          const float *restrict y,
-                                          const float *restrict grad,
-                                          float *restrict out,
-                                          float *restrict grad_x,
-                                          float *restrict grad_y)
+/* value_and_jacobian of blend [model.py:27], double: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
+void blend__value_and_jacobian_f64__ptrs(int64_t n, void *const *p)
+{
+    blend__value_and_jacobian_f64(n, p[0], p[1], p[2], p[3]);
+}
+
+/* value_and_vjp of blend [model.py:27], float: rows sg_lo to sg_hi - 1 */
+static void sg_rows_blend__value_and_vjp_f32(int64_t sg_lo, int64_t sg_hi,
+                                             const float *restrict x,
+                                             const float *restrict y,
+                                             const float *restrict grad,
+                                             float *restrict out,
+                                             float *restrict grad_x,
+                                             float *restrict grad_y)
 {
     SG_SIMD
-    for (int64_t i = lo; i < hi; ++i) {
+    for (int64_t i = sg_lo; i < sg_hi; ++i) {
         const float t0 = y[i]*y[i];
         const float t1 = x[i]*x[i];
         const float t2 = t0*t1;
@@ -913,17 +1135,23 @@ void blend__value_and_vjp_f32(int64_t n,
                               float *restrict grad_x,
                               float *restrict grad_y)
 {
-    SG_ROWS(86956, blend__value_and_vjp_f32_rows, x, y, grad, out, grad_x, grad_y);
+    SG_ROWS(86956, sg_rows_blend__value_and_vjp_f32, x, y, grad, out, grad_x, grad_y);
 }
 
-/* forward of blend [model.py:27], float: rows lo to hi - 1 */
-static void blend__forward_f32_rows(int64_t lo, int64_t hi,
-                                    const float *restrict x,
-                                    const float *restrict y,
-                                    float *restrict out)
+/* value_and_vjp of blend [model.py:27], float: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
+void blend__value_and_vjp_f32__ptrs(int64_t n, void *const *p)
+{
+    blend__value_and_vjp_f32(n, p[0], p[1], p[2], p[3], p[4], p[5]);
+}
+
+/* forward of blend [model.py:27], float: rows sg_lo to sg_hi - 1 */
+static void sg_rows_blend__forward_f32(int64_t sg_lo, int64_t sg_hi,
+                                       const float *restrict x,
+                                       const float *restrict y,
+                                       float *restrict out)
 {
     SG_SIMD
-    for (int64_t i = lo; i < hi; ++i) {
+    for (int64_t i = sg_lo; i < sg_hi; ++i) {
         const float t0 = y[i]*y[i];
         out[i] = expf(-t0)*sinf(x[i]) + log1pf(t0*x[i]*x[i]);  /* out = exp(-y**2)*sin(x) + log1p(x**2*y**2) */
     }
@@ -932,19 +1160,25 @@ static void blend__forward_f32_rows(int64_t lo, int64_t hi,
 /* forward of blend [model.py:27], float */
 void blend__forward_f32(int64_t n, const float *restrict x, const float *restrict y, float *restrict out)
 {
-    SG_ROWS(200000, blend__forward_f32_rows, x, y, out);
+    SG_ROWS(200000, sg_rows_blend__forward_f32, x, y, out);
 }
 
-/* vjp of blend [model.py:27], float: rows lo to hi - 1 */
-static void blend__vjp_f32_rows(int64_t lo, int64_t hi,
-                                const float *restrict x,
-                                const float *restrict y,
-                                const float *restrict grad,
-                                float *restrict grad_x,
-                                float *restrict grad_y)
+/* forward of blend [model.py:27], float: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
+void blend__forward_f32__ptrs(int64_t n, void *const *p)
+{
+    blend__forward_f32(n, p[0], p[1], p[2]);
+}
+
+/* vjp of blend [model.py:27], float: rows sg_lo to sg_hi - 1 */
+static void sg_rows_blend__vjp_f32(int64_t sg_lo, int64_t sg_hi,
+                                   const float *restrict x,
+                                   const float *restrict y,
+                                   const float *restrict grad,
+                                   float *restrict grad_x,
+                                   float *restrict grad_y)
 {
     SG_SIMD
-    for (int64_t i = lo; i < hi; ++i) {
+    for (int64_t i = sg_lo; i < sg_hi; ++i) {
         const float t0 = y[i]*y[i];
         const float t1 = x[i]*x[i];
         const float t3 = expf(-t0);
@@ -962,20 +1196,26 @@ void blend__vjp_f32(int64_t n,
                     float *restrict grad_x,
                     float *restrict grad_y)
 {
-    SG_ROWS(95238, blend__vjp_f32_rows, x, y, grad, grad_x, grad_y);
+    SG_ROWS(95238, sg_rows_blend__vjp_f32, x, y, grad, grad_x, grad_y);
 }
 
-/* jvp of blend [model.py:27], float: rows lo to hi - 1 */
-static void blend__jvp_f32_rows(int64_t lo, int64_t hi,
-                                const float *restrict x,
-                                const float *restrict y,
-                                const float *restrict tangent_x,
-                                const float *restrict tangent_y,
-                                float *restrict out,
-                                float *restrict jvp_out)
+/* vjp of blend [model.py:27], float: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
+void blend__vjp_f32__ptrs(int64_t n, void *const *p)
+{
+    blend__vjp_f32(n, p[0], p[1], p[2], p[3], p[4]);
+}
+
+/* jvp of blend [model.py:27], float: rows sg_lo to sg_hi - 1 */
+static void sg_rows_blend__jvp_f32(int64_t sg_lo, int64_t sg_hi,
+                                   const float *restrict x,
+                                   const float *restrict y,
+                                   const float *restrict tangent_x,
+                                   const float *restrict tangent_y,
+                                   float *restrict out,
+                                   float *restrict jvp_out)
 {
     SG_SIMD
-    for (int64_t i = lo; i < hi; ++i) {
+    for (int64_t i = sg_lo; i < sg_hi; ++i) {
         const float t0 = y[i]*y[i];
         const float t1 = x[i]*x[i];
         const float t2 = t0*t1;
@@ -996,18 +1236,24 @@ void blend__jvp_f32(int64_t n,
                     float *restrict out,
                     float *restrict jvp_out)
 {
-    SG_ROWS(83333, blend__jvp_f32_rows, x, y, tangent_x, tangent_y, out, jvp_out);
+    SG_ROWS(83333, sg_rows_blend__jvp_f32, x, y, tangent_x, tangent_y, out, jvp_out);
 }
 
-/* value_and_jacobian of blend [model.py:27], float: rows lo to hi - 1 */
-static void blend__value_and_jacobian_f32_rows(int64_t lo, int64_t hi,
-                                               const float *restrict x,
-                                               const float *restrict y,
-                                               float *restrict out,
-                                               float *restrict jacobian)
+/* jvp of blend [model.py:27], float: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
+void blend__jvp_f32__ptrs(int64_t n, void *const *p)
+{
+    blend__jvp_f32(n, p[0], p[1], p[2], p[3], p[4], p[5]);
+}
+
+/* value_and_jacobian of blend [model.py:27], float: rows sg_lo to sg_hi - 1 */
+static void sg_rows_blend__value_and_jacobian_f32(int64_t sg_lo, int64_t sg_hi,
+                                                  const float *restrict x,
+                                                  const float *restrict y,
+                                                  float *restrict out,
+                                                  float *restrict jacobian)
 {
     SG_SIMD
-    for (int64_t i = lo; i < hi; ++i) {
+    for (int64_t i = sg_lo; i < sg_hi; ++i) {
         const float t0 = y[i]*y[i];
         const float t1 = x[i]*x[i];
         const float t2 = t0*t1;
@@ -1027,21 +1273,27 @@ void blend__value_and_jacobian_f32(int64_t n,
                                    float *restrict out,
                                    float *restrict jacobian)
 {
-    SG_ROWS(95238, blend__value_and_jacobian_f32_rows, x, y, out, jacobian);
+    SG_ROWS(95238, sg_rows_blend__value_and_jacobian_f32, x, y, out, jacobian);
+}
+
+/* value_and_jacobian of blend [model.py:27], float: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
+void blend__value_and_jacobian_f32__ptrs(int64_t n, void *const *p)
+{
+    blend__value_and_jacobian_f32(n, p[0], p[1], p[2], p[3]);
 }
 
 /* ---- gelu_tanh [model.py:32] ----
    out = 0.5*x*(1 + tanh(sqrt(2)*(x + 0.044715*x**3)/sqrt(pi)))
    vjp x: grad*(0.5 + 0.5*tanh(sqrt(2)*(x + 0.044715*x**3)/sqrt(pi)) + 0.5*sqrt(2)*x*(1 - tanh(sqrt(2)*(x + 0.044715*x**3)/sqrt(pi))**2)*(1 + 0.134145*x**2)/sqrt(pi)) */
-/* value_and_vjp of gelu_tanh [model.py:32], double: rows lo to hi - 1 */
-static void gelu_tanh__value_and_vjp_f64_rows(int64_t lo, int64_t hi,
-                                              const double *restrict x,
-                                              const double *restrict grad,
-                                              double *restrict out,
-                                              double *restrict grad_x)
+/* value_and_vjp of gelu_tanh [model.py:32], double: rows sg_lo to sg_hi - 1 */
+static void sg_rows_gelu_tanh__value_and_vjp_f64(int64_t sg_lo, int64_t sg_hi,
+                                                 const double *restrict x,
+                                                 const double *restrict grad,
+                                                 double *restrict out,
+                                                 double *restrict grad_x)
 {
     SG_SIMD
-    for (int64_t i = lo; i < hi; ++i) {
+    for (int64_t i = sg_lo; i < sg_hi; ++i) {
         const double t0 = 0.5*x[i];
         const double t1 = sqrt(2.0)/sqrt(3.141592653589793);
         const double t2 = sg_tanh_f64(t1*(x[i] + 0.044715*x[i]*x[i]*x[i]));
@@ -1057,16 +1309,22 @@ void gelu_tanh__value_and_vjp_f64(int64_t n,
                                   double *restrict out,
                                   double *restrict grad_x)
 {
-    SG_ROWS(80000, gelu_tanh__value_and_vjp_f64_rows, x, grad, out, grad_x);
+    SG_ROWS(80000, sg_rows_gelu_tanh__value_and_vjp_f64, x, grad, out, grad_x);
 }
 
-/* forward of gelu_tanh [model.py:32], double: rows lo to hi - 1 */
-static void gelu_tanh__forward_f64_rows(int64_t lo, int64_t hi,
-                                        const double *restrict x,
-                                        double *restrict out)
+/* value_and_vjp of gelu_tanh [model.py:32], double: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
+void gelu_tanh__value_and_vjp_f64__ptrs(int64_t n, void *const *p)
+{
+    gelu_tanh__value_and_vjp_f64(n, p[0], p[1], p[2], p[3]);
+}
+
+/* forward of gelu_tanh [model.py:32], double: rows sg_lo to sg_hi - 1 */
+static void sg_rows_gelu_tanh__forward_f64(int64_t sg_lo, int64_t sg_hi,
+                                           const double *restrict x,
+                                           double *restrict out)
 {
     SG_SIMD
-    for (int64_t i = lo; i < hi; ++i) {
+    for (int64_t i = sg_lo; i < sg_hi; ++i) {
         out[i] = 0.5*x[i]*(1.0 + sg_tanh_f64(sqrt(2.0)*(x[i] + 0.044715*x[i]*x[i]*x[i])/sqrt(3.141592653589793)));  /* out = 0.5*x*(1 + tanh(sqrt(2)*(x + 0.044715*x**3)/sqrt(pi))) */
     }
 }
@@ -1074,17 +1332,23 @@ static void gelu_tanh__forward_f64_rows(int64_t lo, int64_t hi,
 /* forward of gelu_tanh [model.py:32], double */
 void gelu_tanh__forward_f64(int64_t n, const double *restrict x, double *restrict out)
 {
-    SG_ROWS(153846, gelu_tanh__forward_f64_rows, x, out);
+    SG_ROWS(153846, sg_rows_gelu_tanh__forward_f64, x, out);
 }
 
-/* vjp of gelu_tanh [model.py:32], double: rows lo to hi - 1 */
-static void gelu_tanh__vjp_f64_rows(int64_t lo, int64_t hi,
-                                    const double *restrict x,
-                                    const double *restrict grad,
-                                    double *restrict grad_x)
+/* forward of gelu_tanh [model.py:32], double: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
+void gelu_tanh__forward_f64__ptrs(int64_t n, void *const *p)
+{
+    gelu_tanh__forward_f64(n, p[0], p[1]);
+}
+
+/* vjp of gelu_tanh [model.py:32], double: rows sg_lo to sg_hi - 1 */
+static void sg_rows_gelu_tanh__vjp_f64(int64_t sg_lo, int64_t sg_hi,
+                                       const double *restrict x,
+                                       const double *restrict grad,
+                                       double *restrict grad_x)
 {
     SG_SIMD
-    for (int64_t i = lo; i < hi; ++i) {
+    for (int64_t i = sg_lo; i < sg_hi; ++i) {
         const double t1 = sqrt(2.0)/sqrt(3.141592653589793);
         const double t2 = sg_tanh_f64(t1*(x[i] + 0.044715*x[i]*x[i]*x[i]));
         grad_x[i] = grad[i]*(0.5 + 0.5*t2 + 0.5*t1*x[i]*(1.0 - (t2*t2))*(1.0 + 0.134145*x[i]*x[i]));  /* grad_x = d(out)/dx . grad */
@@ -1097,18 +1361,24 @@ void gelu_tanh__vjp_f64(int64_t n,
                         const double *restrict grad,
                         double *restrict grad_x)
 {
-    SG_ROWS(86956, gelu_tanh__vjp_f64_rows, x, grad, grad_x);
+    SG_ROWS(86956, sg_rows_gelu_tanh__vjp_f64, x, grad, grad_x);
 }
 
-/* jvp of gelu_tanh [model.py:32], double: rows lo to hi - 1 */
-static void gelu_tanh__jvp_f64_rows(int64_t lo, int64_t hi,
-                                    const double *restrict x,
-                                    const double *restrict tangent_x,
-                                    double *restrict out,
-                                    double *restrict jvp_out)
+/* vjp of gelu_tanh [model.py:32], double: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
+void gelu_tanh__vjp_f64__ptrs(int64_t n, void *const *p)
+{
+    gelu_tanh__vjp_f64(n, p[0], p[1], p[2]);
+}
+
+/* jvp of gelu_tanh [model.py:32], double: rows sg_lo to sg_hi - 1 */
+static void sg_rows_gelu_tanh__jvp_f64(int64_t sg_lo, int64_t sg_hi,
+                                       const double *restrict x,
+                                       const double *restrict tangent_x,
+                                       double *restrict out,
+                                       double *restrict jvp_out)
 {
     SG_SIMD
-    for (int64_t i = lo; i < hi; ++i) {
+    for (int64_t i = sg_lo; i < sg_hi; ++i) {
         const double t0 = 0.5*x[i];
         const double t1 = sqrt(2.0)/sqrt(3.141592653589793);
         const double t2 = sg_tanh_f64(t1*(x[i] + 0.044715*x[i]*x[i]*x[i]));
@@ -1124,17 +1394,23 @@ void gelu_tanh__jvp_f64(int64_t n,
                         double *restrict out,
                         double *restrict jvp_out)
 {
-    SG_ROWS(80000, gelu_tanh__jvp_f64_rows, x, tangent_x, out, jvp_out);
+    SG_ROWS(80000, sg_rows_gelu_tanh__jvp_f64, x, tangent_x, out, jvp_out);
 }
 
-/* value_and_jacobian of gelu_tanh [model.py:32], double: rows lo to hi - 1 */
-static void gelu_tanh__value_and_jacobian_f64_rows(int64_t lo, int64_t hi,
-                                                   const double *restrict x,
-                                                   double *restrict out,
-                                                   double *restrict jacobian)
+/* jvp of gelu_tanh [model.py:32], double: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
+void gelu_tanh__jvp_f64__ptrs(int64_t n, void *const *p)
+{
+    gelu_tanh__jvp_f64(n, p[0], p[1], p[2], p[3]);
+}
+
+/* value_and_jacobian of gelu_tanh [model.py:32], double: rows sg_lo to sg_hi - 1 */
+static void sg_rows_gelu_tanh__value_and_jacobian_f64(int64_t sg_lo, int64_t sg_hi,
+                                                      const double *restrict x,
+                                                      double *restrict out,
+                                                      double *restrict jacobian)
 {
     SG_SIMD
-    for (int64_t i = lo; i < hi; ++i) {
+    for (int64_t i = sg_lo; i < sg_hi; ++i) {
         const double t0 = 0.5*x[i];
         const double t1 = sqrt(2.0)/sqrt(3.141592653589793);
         const double t2 = sg_tanh_f64(t1*(x[i] + 0.044715*x[i]*x[i]*x[i]));
@@ -1149,18 +1425,24 @@ void gelu_tanh__value_and_jacobian_f64(int64_t n,
                                        double *restrict out,
                                        double *restrict jacobian)
 {
-    SG_ROWS(83333, gelu_tanh__value_and_jacobian_f64_rows, x, out, jacobian);
+    SG_ROWS(83333, sg_rows_gelu_tanh__value_and_jacobian_f64, x, out, jacobian);
 }
 
-/* value_and_vjp of gelu_tanh [model.py:32], float: rows lo to hi - 1 */
-static void gelu_tanh__value_and_vjp_f32_rows(int64_t lo, int64_t hi,
-                                              const float *restrict x,
-                                              const float *restrict grad,
-                                              float *restrict out,
-                                              float *restrict grad_x)
+/* value_and_jacobian of gelu_tanh [model.py:32], double: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
+void gelu_tanh__value_and_jacobian_f64__ptrs(int64_t n, void *const *p)
+{
+    gelu_tanh__value_and_jacobian_f64(n, p[0], p[1], p[2]);
+}
+
+/* value_and_vjp of gelu_tanh [model.py:32], float: rows sg_lo to sg_hi - 1 */
+static void sg_rows_gelu_tanh__value_and_vjp_f32(int64_t sg_lo, int64_t sg_hi,
+                                                 const float *restrict x,
+                                                 const float *restrict grad,
+                                                 float *restrict out,
+                                                 float *restrict grad_x)
 {
     SG_SIMD
-    for (int64_t i = lo; i < hi; ++i) {
+    for (int64_t i = sg_lo; i < sg_hi; ++i) {
         const float t0 = 0.5F*x[i];
         const float t1 = sqrtf(2.0F)/sqrtf(3.1415927F);
         const float t2 = tanhf(t1*(x[i] + 0.044715F*x[i]*x[i]*x[i]));
@@ -1176,14 +1458,22 @@ void gelu_tanh__value_and_vjp_f32(int64_t n,
                                   float *restrict out,
                                   float *restrict grad_x)
 {
-    SG_ROWS(80000, gelu_tanh__value_and_vjp_f32_rows, x, grad, out, grad_x);
+    SG_ROWS(80000, sg_rows_gelu_tanh__value_and_vjp_f32, x, grad, out, grad_x);
 }
 
-/* forward of gelu_tanh [model.py:32], float: rows lo to hi - 1 */
-static void gelu_tanh__forward_f32_rows(int64_t lo, int64_t hi, const float *restrict x, float *restrict out)
+/* value_and_vjp of gelu_tanh [model.py:32], float: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
+void gelu_tanh__value_and_vjp_f32__ptrs(int64_t n, void *const *p)
+{
+    gelu_tanh__value_and_vjp_f32(n, p[0], p[1], p[2], p[3]);
+}
+
+/* forward of gelu_tanh [model.py:32], float: rows sg_lo to sg_hi - 1 */
+static void sg_rows_gelu_tanh__forward_f32(int64_t sg_lo, int64_t sg_hi,
+                                           const float *restrict x,
+                                           float *restrict out)
 {
     SG_SIMD
-    for (int64_t i = lo; i < hi; ++i) {
+    for (int64_t i = sg_lo; i < sg_hi; ++i) {
         out[i] = 0.5F*x[i]*(1.0F + tanhf(sqrtf(2.0F)*(x[i] + 0.044715F*x[i]*x[i]*x[i])/sqrtf(3.1415927F)));  /* out = 0.5*x*(1 + tanh(sqrt(2)*(x + 0.044715*x**3)/sqrt(pi))) */
     }
 }
@@ -1191,17 +1481,23 @@ static void gelu_tanh__forward_f32_rows(int64_t lo, int64_t hi, const float *res
 /* forward of gelu_tanh [model.py:32], float */
 void gelu_tanh__forward_f32(int64_t n, const float *restrict x, float *restrict out)
 {
-    SG_ROWS(153846, gelu_tanh__forward_f32_rows, x, out);
+    SG_ROWS(153846, sg_rows_gelu_tanh__forward_f32, x, out);
 }
 
-/* vjp of gelu_tanh [model.py:32], float: rows lo to hi - 1 */
-static void gelu_tanh__vjp_f32_rows(int64_t lo, int64_t hi,
-                                    const float *restrict x,
-                                    const float *restrict grad,
-                                    float *restrict grad_x)
+/* forward of gelu_tanh [model.py:32], float: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
+void gelu_tanh__forward_f32__ptrs(int64_t n, void *const *p)
+{
+    gelu_tanh__forward_f32(n, p[0], p[1]);
+}
+
+/* vjp of gelu_tanh [model.py:32], float: rows sg_lo to sg_hi - 1 */
+static void sg_rows_gelu_tanh__vjp_f32(int64_t sg_lo, int64_t sg_hi,
+                                       const float *restrict x,
+                                       const float *restrict grad,
+                                       float *restrict grad_x)
 {
     SG_SIMD
-    for (int64_t i = lo; i < hi; ++i) {
+    for (int64_t i = sg_lo; i < sg_hi; ++i) {
         const float t1 = sqrtf(2.0F)/sqrtf(3.1415927F);
         const float t2 = tanhf(t1*(x[i] + 0.044715F*x[i]*x[i]*x[i]));
         grad_x[i] = grad[i]*(0.5F + 0.5F*t2 + 0.5F*t1*x[i]*(1.0F - (t2*t2))*(1.0F + 0.134145F*x[i]*x[i]));  /* grad_x = d(out)/dx . grad */
@@ -1214,18 +1510,24 @@ void gelu_tanh__vjp_f32(int64_t n,
                         const float *restrict grad,
                         float *restrict grad_x)
 {
-    SG_ROWS(86956, gelu_tanh__vjp_f32_rows, x, grad, grad_x);
+    SG_ROWS(86956, sg_rows_gelu_tanh__vjp_f32, x, grad, grad_x);
 }
 
-/* jvp of gelu_tanh [model.py:32], float: rows lo to hi - 1 */
-static void gelu_tanh__jvp_f32_rows(int64_t lo, int64_t hi,
-                                    const float *restrict x,
-                                    const float *restrict tangent_x,
-                                    float *restrict out,
-                                    float *restrict jvp_out)
+/* vjp of gelu_tanh [model.py:32], float: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
+void gelu_tanh__vjp_f32__ptrs(int64_t n, void *const *p)
+{
+    gelu_tanh__vjp_f32(n, p[0], p[1], p[2]);
+}
+
+/* jvp of gelu_tanh [model.py:32], float: rows sg_lo to sg_hi - 1 */
+static void sg_rows_gelu_tanh__jvp_f32(int64_t sg_lo, int64_t sg_hi,
+                                       const float *restrict x,
+                                       const float *restrict tangent_x,
+                                       float *restrict out,
+                                       float *restrict jvp_out)
 {
     SG_SIMD
-    for (int64_t i = lo; i < hi; ++i) {
+    for (int64_t i = sg_lo; i < sg_hi; ++i) {
         const float t0 = 0.5F*x[i];
         const float t1 = sqrtf(2.0F)/sqrtf(3.1415927F);
         const float t2 = tanhf(t1*(x[i] + 0.044715F*x[i]*x[i]*x[i]));
@@ -1241,17 +1543,23 @@ void gelu_tanh__jvp_f32(int64_t n,
                         float *restrict out,
                         float *restrict jvp_out)
 {
-    SG_ROWS(80000, gelu_tanh__jvp_f32_rows, x, tangent_x, out, jvp_out);
+    SG_ROWS(80000, sg_rows_gelu_tanh__jvp_f32, x, tangent_x, out, jvp_out);
 }
 
-/* value_and_jacobian of gelu_tanh [model.py:32], float: rows lo to hi - 1 */
-static void gelu_tanh__value_and_jacobian_f32_rows(int64_t lo, int64_t hi,
-                                                   const float *restrict x,
-                                                   float *restrict out,
-                                                   float *restrict jacobian)
+/* jvp of gelu_tanh [model.py:32], float: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
+void gelu_tanh__jvp_f32__ptrs(int64_t n, void *const *p)
+{
+    gelu_tanh__jvp_f32(n, p[0], p[1], p[2], p[3]);
+}
+
+/* value_and_jacobian of gelu_tanh [model.py:32], float: rows sg_lo to sg_hi - 1 */
+static void sg_rows_gelu_tanh__value_and_jacobian_f32(int64_t sg_lo, int64_t sg_hi,
+                                                      const float *restrict x,
+                                                      float *restrict out,
+                                                      float *restrict jacobian)
 {
     SG_SIMD
-    for (int64_t i = lo; i < hi; ++i) {
+    for (int64_t i = sg_lo; i < sg_hi; ++i) {
         const float t0 = 0.5F*x[i];
         const float t1 = sqrtf(2.0F)/sqrtf(3.1415927F);
         const float t2 = tanhf(t1*(x[i] + 0.044715F*x[i]*x[i]*x[i]));
@@ -1266,7 +1574,13 @@ void gelu_tanh__value_and_jacobian_f32(int64_t n,
                                        float *restrict out,
                                        float *restrict jacobian)
 {
-    SG_ROWS(83333, gelu_tanh__value_and_jacobian_f32_rows, x, out, jacobian);
+    SG_ROWS(83333, sg_rows_gelu_tanh__value_and_jacobian_f32, x, out, jacobian);
+}
+
+/* value_and_jacobian of gelu_tanh [model.py:32], float: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
+void gelu_tanh__value_and_jacobian_f32__ptrs(int64_t n, void *const *p)
+{
+    gelu_tanh__value_and_jacobian_f32(n, p[0], p[1], p[2]);
 }
 
 /* ---- polar [model.py:38] ----
@@ -1274,19 +1588,19 @@ void gelu_tanh__value_and_jacobian_f32(int64_t n,
    out1 = r*sin(theta)
    vjp r: grad_out0*cos(theta) + grad_out1*sin(theta)
    vjp theta: grad_out1*r*cos(theta) - grad_out0*r*sin(theta) */
-/* value_and_vjp of polar [model.py:38], double: rows lo to hi - 1 */
-static void polar__value_and_vjp_f64_rows(int64_t lo, int64_t hi,
-                                          const double *restrict r,
-                                          const double *restrict theta,
-                                          const double *restrict grad_out0,
-                                          const double *restrict grad_out1,
-                                          double *restrict out0,
-                                          double *restrict out1,
-                                          double *restrict grad_r,
-                                          double *restrict grad_theta)
+/* value_and_vjp of polar [model.py:38], double: rows sg_lo to sg_hi - 1 */
+static void sg_rows_polar__value_and_vjp_f64(int64_t sg_lo, int64_t sg_hi,
+                                             const double *restrict r,
+                                             const double *restrict theta,
+                                             const double *restrict grad_out0,
+                                             const double *restrict grad_out1,
+                                             double *restrict out0,
+                                             double *restrict out1,
+                                             double *restrict grad_r,
+                                             double *restrict grad_theta)
 {
     SG_SIMD
-    for (int64_t i = lo; i < hi; ++i) {
+    for (int64_t i = sg_lo; i < sg_hi; ++i) {
         const double t0 = sg_cos_f64(theta[i]);
         out0[i] = r[i]*t0;  /* out0 = r*cos(theta) */
         const double t1 = sin(theta[i]);
@@ -1308,18 +1622,24 @@ void polar__value_and_vjp_f64(int64_t n,
                               double *restrict grad_r,
                               double *restrict grad_theta)
 {
-    SG_ROWS(181818, polar__value_and_vjp_f64_rows, r, theta, grad_out0, grad_out1, out0, out1, grad_r, grad_theta);
+    SG_ROWS(181818, sg_rows_polar__value_and_vjp_f64, r, theta, grad_out0, grad_out1, out0, out1, grad_r, grad_theta);
 }
 
-/* forward of polar [model.py:38], double: rows lo to hi - 1 */
-static void polar__forward_f64_rows(int64_t lo, int64_t hi,
-                                    const double *restrict r,
-                                    const double *restrict theta,
-                                    double *restrict out0,
-                                    double *restrict out1)
+/* value_and_vjp of polar [model.py:38], double: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
+void polar__value_and_vjp_f64__ptrs(int64_t n, void *const *p)
+{
+    polar__value_and_vjp_f64(n, p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7]);
+}
+
+/* forward of polar [model.py:38], double: rows sg_lo to sg_hi - 1 */
+static void sg_rows_polar__forward_f64(int64_t sg_lo, int64_t sg_hi,
+                                       const double *restrict r,
+                                       const double *restrict theta,
+                                       double *restrict out0,
+                                       double *restrict out1)
 {
     SG_SIMD
-    for (int64_t i = lo; i < hi; ++i) {
+    for (int64_t i = sg_lo; i < sg_hi; ++i) {
         out0[i] = r[i]*sg_cos_f64(theta[i]);  /* out0 = r*cos(theta) */
         out1[i] = r[i]*sin(theta[i]);  /* out1 = r*sin(theta) */
     }
@@ -1332,20 +1652,26 @@ void polar__forward_f64(int64_t n,
                         double *restrict out0,
                         double *restrict out1)
 {
-    SG_ROWS(200000, polar__forward_f64_rows, r, theta, out0, out1);
+    SG_ROWS(200000, sg_rows_polar__forward_f64, r, theta, out0, out1);
 }
 
-/* vjp of polar [model.py:38], double: rows lo to hi - 1 */
-static void polar__vjp_f64_rows(int64_t lo, int64_t hi,
-                                const double *restrict r,
-                                const double *restrict theta,
-                                const double *restrict grad_out0,
-                                const double *restrict grad_out1,
-                                double *restrict grad_r,
-                                double *restrict grad_theta)
+/* forward of polar [model.py:38], double: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
+void polar__forward_f64__ptrs(int64_t n, void *const *p)
+{
+    polar__forward_f64(n, p[0], p[1], p[2], p[3]);
+}
+
+/* vjp of polar [model.py:38], double: rows sg_lo to sg_hi - 1 */
+static void sg_rows_polar__vjp_f64(int64_t sg_lo, int64_t sg_hi,
+                                   const double *restrict r,
+                                   const double *restrict theta,
+                                   const double *restrict grad_out0,
+                                   const double *restrict grad_out1,
+                                   double *restrict grad_r,
+                                   double *restrict grad_theta)
 {
     SG_SIMD
-    for (int64_t i = lo; i < hi; ++i) {
+    for (int64_t i = sg_lo; i < sg_hi; ++i) {
         const double t0 = sg_cos_f64(theta[i]);
         const double t1 = sin(theta[i]);
         grad_r[i] = grad_out0[i]*t0 + grad_out1[i]*t1;  /* grad_r = d(out0, out1)/dr . grad */
@@ -1362,22 +1688,28 @@ void polar__vjp_f64(int64_t n,
                     double *restrict grad_r,
                     double *restrict grad_theta)
 {
-    SG_ROWS(200000, polar__vjp_f64_rows, r, theta, grad_out0, grad_out1, grad_r, grad_theta);
+    SG_ROWS(200000, sg_rows_polar__vjp_f64, r, theta, grad_out0, grad_out1, grad_r, grad_theta);
 }
 
-/* jvp of polar [model.py:38], double: rows lo to hi - 1 */
-static void polar__jvp_f64_rows(int64_t lo, int64_t hi,
-                                const double *restrict r,
-                                const double *restrict theta,
-                                const double *restrict tangent_r,
-                                const double *restrict tangent_theta,
-                                double *restrict out0,
-                                double *restrict out1,
-                                double *restrict jvp_out0,
-                                double *restrict jvp_out1)
+/* vjp of polar [model.py:38], double: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
+void polar__vjp_f64__ptrs(int64_t n, void *const *p)
+{
+    polar__vjp_f64(n, p[0], p[1], p[2], p[3], p[4], p[5]);
+}
+
+/* jvp of polar [model.py:38], double: rows sg_lo to sg_hi - 1 */
+static void sg_rows_polar__jvp_f64(int64_t sg_lo, int64_t sg_hi,
+                                   const double *restrict r,
+                                   const double *restrict theta,
+                                   const double *restrict tangent_r,
+                                   const double *restrict tangent_theta,
+                                   double *restrict out0,
+                                   double *restrict out1,
+                                   double *restrict jvp_out0,
+                                   double *restrict jvp_out1)
 {
     SG_SIMD
-    for (int64_t i = lo; i < hi; ++i) {
+    for (int64_t i = sg_lo; i < sg_hi; ++i) {
         const double t0 = sg_cos_f64(theta[i]);
         const double t1 = r[i]*t0;
         out0[i] = t1;  /* out0 = r*cos(theta) */
@@ -1400,19 +1732,25 @@ void polar__jvp_f64(int64_t n,
                     double *restrict jvp_out0,
                     double *restrict jvp_out1)
 {
-    SG_ROWS(200000, polar__jvp_f64_rows, r, theta, tangent_r, tangent_theta, out0, out1, jvp_out0, jvp_out1);
+    SG_ROWS(200000, sg_rows_polar__jvp_f64, r, theta, tangent_r, tangent_theta, out0, out1, jvp_out0, jvp_out1);
 }
 
-/* value_and_jacobian of polar [model.py:38], double: rows lo to hi - 1 */
-static void polar__value_and_jacobian_f64_rows(int64_t lo, int64_t hi,
-                                               const double *restrict r,
-                                               const double *restrict theta,
-                                               double *restrict out0,
-                                               double *restrict out1,
-                                               double *restrict jacobian)
+/* jvp of polar [model.py:38], double: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
+void polar__jvp_f64__ptrs(int64_t n, void *const *p)
+{
+    polar__jvp_f64(n, p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7]);
+}
+
+/* value_and_jacobian of polar [model.py:38], double: rows sg_lo to sg_hi - 1 */
+static void sg_rows_polar__value_and_jacobian_f64(int64_t sg_lo, int64_t sg_hi,
+                                                  const double *restrict r,
+                                                  const double *restrict theta,
+                                                  double *restrict out0,
+                                                  double *restrict out1,
+                                                  double *restrict jacobian)
 {
     SG_SIMD
-    for (int64_t i = lo; i < hi; ++i) {
+    for (int64_t i = sg_lo; i < sg_hi; ++i) {
         const double t0 = sg_cos_f64(theta[i]);
         const double t1 = r[i]*t0;
         out0[i] = t1;  /* out0 = r*cos(theta) */
@@ -1434,22 +1772,28 @@ void polar__value_and_jacobian_f64(int64_t n,
                                    double *restrict out1,
                                    double *restrict jacobian)
 {
-    SG_ROWS(200000, polar__value_and_jacobian_f64_rows, r, theta, out0, out1, jacobian);
+    SG_ROWS(200000, sg_rows_polar__value_and_jacobian_f64, r, theta, out0, out1, jacobian);
 }
 
-/* value_and_vjp of polar [model.py:38], float: rows lo to hi - 1 */
-static void polar__value_and_vjp_f32_rows(int64_t lo, int64_t hi,
-                                          const float *restrict r,
-                                          const float *restrict theta,
-                                          const float *restrict grad_out0,
-                                          const float *restrict grad_out1,
-                                          float *restrict out0,
-                                          float *restrict out1,
-                                          float *restrict grad_r,
-                                          float *restrict grad_theta)
+/* value_and_jacobian of polar [model.py:38], double: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
+void polar__value_and_jacobian_f64__ptrs(int64_t n, void *const *p)
+{
+    polar__value_and_jacobian_f64(n, p[0], p[1], p[2], p[3], p[4]);
+}
+
+/* value_and_vjp of polar [model.py:38], float: rows sg_lo to sg_hi - 1 */
+static void sg_rows_polar__value_and_vjp_f32(int64_t sg_lo, int64_t sg_hi,
+                                             const float *restrict r,
+                                             const float *restrict theta,
+                                             const float *restrict grad_out0,
+                                             const float *restrict grad_out1,
+                                             float *restrict out0,
+                                             float *restrict out1,
+                                             float *restrict grad_r,
+                                             float *restrict grad_theta)
 {
     SG_SIMD
-    for (int64_t i = lo; i < hi; ++i) {
+    for (int64_t i = sg_lo; i < sg_hi; ++i) {
         const float t0 = sg_cos_f32(theta[i]);
         out0[i] = r[i]*t0;  /* out0 = r*cos(theta) */
         const float t1 = sinf(theta[i]);
@@ -1471,18 +1815,24 @@ void polar__value_and_vjp_f32(int64_t n,
                               float *restrict grad_r,
                               float *restrict grad_theta)
 {
-    SG_ROWS(181818, polar__value_and_vjp_f32_rows, r, theta, grad_out0, grad_out1, out0, out1, grad_r, grad_theta);
+    SG_ROWS(181818, sg_rows_polar__value_and_vjp_f32, r, theta, grad_out0, grad_out1, out0, out1, grad_r, grad_theta);
 }
 
-/* forward of polar [model.py:38], float: rows lo to hi - 1 */
-static void polar__forward_f32_rows(int64_t lo, int64_t hi,
-                                    const float *restrict r,
-                                    const float *restrict theta,
-                                    float *restrict out0,
-                                    float *restrict out1)
+/* value_and_vjp of polar [model.py:38], float: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
+void polar__value_and_vjp_f32__ptrs(int64_t n, void *const *p)
+{
+    polar__value_and_vjp_f32(n, p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7]);
+}
+
+/* forward of polar [model.py:38], float: rows sg_lo to sg_hi - 1 */
+static void sg_rows_polar__forward_f32(int64_t sg_lo, int64_t sg_hi,
+                                       const float *restrict r,
+                                       const float *restrict theta,
+                                       float *restrict out0,
+                                       float *restrict out1)
 {
     SG_SIMD
-    for (int64_t i = lo; i < hi; ++i) {
+    for (int64_t i = sg_lo; i < sg_hi; ++i) {
         out0[i] = r[i]*sg_cos_f32(theta[i]);  /* out0 = r*cos(theta) */
         out1[i] = r[i]*sinf(theta[i]);  /* out1 = r*sin(theta) */
     }
@@ -1495,20 +1845,26 @@ void polar__forward_f32(int64_t n,
                         float *restrict out0,
                         float *restrict out1)
 {
-    SG_ROWS(200000, polar__forward_f32_rows, r, theta, out0, out1);
+    SG_ROWS(200000, sg_rows_polar__forward_f32, r, theta, out0, out1);
 }
 
-/* vjp of polar [model.py:38], float: rows lo to hi - 1 */
-static void polar__vjp_f32_rows(int64_t lo, int64_t hi,
-                                const float *restrict r,
-                                const float *restrict theta,
-                                const float *restrict grad_out0,
-                                const float *restrict grad_out1,
-                                float *restrict grad_r,
-                                float *restrict grad_theta)
+/* forward of polar [model.py:38], float: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
+void polar__forward_f32__ptrs(int64_t n, void *const *p)
+{
+    polar__forward_f32(n, p[0], p[1], p[2], p[3]);
+}
+
+/* vjp of polar [model.py:38], float: rows sg_lo to sg_hi - 1 */
+static void sg_rows_polar__vjp_f32(int64_t sg_lo, int64_t sg_hi,
+                                   const float *restrict r,
+                                   const float *restrict theta,
+                                   const float *restrict grad_out0,
+                                   const float *restrict grad_out1,
+                                   float *restrict grad_r,
+                                   float *restrict grad_theta)
 {
     SG_SIMD
-    for (int64_t i = lo; i < hi; ++i) {
+    for (int64_t i = sg_lo; i < sg_hi; ++i) {
         const float t0 = sg_cos_f32(theta[i]);
         const float t1 = sinf(theta[i]);
         grad_r[i] = grad_out0[i]*t0 + grad_out1[i]*t1;  /* grad_r = d(out0, out1)/dr . grad */
@@ -1525,22 +1881,28 @@ void polar__vjp_f32(int64_t n,
                     float *restrict grad_r,
                     float *restrict grad_theta)
 {
-    SG_ROWS(200000, polar__vjp_f32_rows, r, theta, grad_out0, grad_out1, grad_r, grad_theta);
+    SG_ROWS(200000, sg_rows_polar__vjp_f32, r, theta, grad_out0, grad_out1, grad_r, grad_theta);
 }
 
-/* jvp of polar [model.py:38], float: rows lo to hi - 1 */
-static void polar__jvp_f32_rows(int64_t lo, int64_t hi,
-                                const float *restrict r,
-                                const float *restrict theta,
-                                const float *restrict tangent_r,
-                                const float *restrict tangent_theta,
-                                float *restrict out0,
-                                float *restrict out1,
-                                float *restrict jvp_out0,
-                                float *restrict jvp_out1)
+/* vjp of polar [model.py:38], float: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
+void polar__vjp_f32__ptrs(int64_t n, void *const *p)
+{
+    polar__vjp_f32(n, p[0], p[1], p[2], p[3], p[4], p[5]);
+}
+
+/* jvp of polar [model.py:38], float: rows sg_lo to sg_hi - 1 */
+static void sg_rows_polar__jvp_f32(int64_t sg_lo, int64_t sg_hi,
+                                   const float *restrict r,
+                                   const float *restrict theta,
+                                   const float *restrict tangent_r,
+                                   const float *restrict tangent_theta,
+                                   float *restrict out0,
+                                   float *restrict out1,
+                                   float *restrict jvp_out0,
+                                   float *restrict jvp_out1)
 {
     SG_SIMD
-    for (int64_t i = lo; i < hi; ++i) {
+    for (int64_t i = sg_lo; i < sg_hi; ++i) {
         const float t0 = sg_cos_f32(theta[i]);
         const float t1 = r[i]*t0;
         out0[i] = t1;  /* out0 = r*cos(theta) */
@@ -1563,19 +1925,25 @@ void polar__jvp_f32(int64_t n,
                     float *restrict jvp_out0,
                     float *restrict jvp_out1)
 {
-    SG_ROWS(200000, polar__jvp_f32_rows, r, theta, tangent_r, tangent_theta, out0, out1, jvp_out0, jvp_out1);
+    SG_ROWS(200000, sg_rows_polar__jvp_f32, r, theta, tangent_r, tangent_theta, out0, out1, jvp_out0, jvp_out1);
 }
 
-/* value_and_jacobian of polar [model.py:38], float: rows lo to hi - 1 */
-static void polar__value_and_jacobian_f32_rows(int64_t lo, int64_t hi,
-                                               const float *restrict r,
-                                               const float *restrict theta,
-                                               float *restrict out0,
-                                               float *restrict out1,
-                                               float *restrict jacobian)
+/* jvp of polar [model.py:38], float: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
+void polar__jvp_f32__ptrs(int64_t n, void *const *p)
+{
+    polar__jvp_f32(n, p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7]);
+}
+
+/* value_and_jacobian of polar [model.py:38], float: rows sg_lo to sg_hi - 1 */
+static void sg_rows_polar__value_and_jacobian_f32(int64_t sg_lo, int64_t sg_hi,
+                                                  const float *restrict r,
+                                                  const float *restrict theta,
+                                                  float *restrict out0,
+                                                  float *restrict out1,
+                                                  float *restrict jacobian)
 {
     SG_SIMD
-    for (int64_t i = lo; i < hi; ++i) {
+    for (int64_t i = sg_lo; i < sg_hi; ++i) {
         const float t0 = sg_cos_f32(theta[i]);
         const float t1 = r[i]*t0;
         out0[i] = t1;  /* out0 = r*cos(theta) */
@@ -1597,5 +1965,11 @@ void polar__value_and_jacobian_f32(int64_t n,
                                    float *restrict out1,
                                    float *restrict jacobian)
 {
-    SG_ROWS(200000, polar__value_and_jacobian_f32_rows, r, theta, out0, out1, jacobian);
+    SG_ROWS(200000, sg_rows_polar__value_and_jacobian_f32, r, theta, out0, out1, jacobian);
+}
+
+/* value_and_jacobian of polar [model.py:38], float: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
+void polar__value_and_jacobian_f32__ptrs(int64_t n, void *const *p)
+{
+    polar__value_and_jacobian_f32(n, p[0], p[1], p[2], p[3], p[4]);
 }
