@@ -450,27 +450,35 @@ def test_maximum_propagates_nan(compiled, all_kernels):
     assert np.isnan(out[0]) and np.isnan(out[1]) and np.isfinite(out[2])
 
 
+@pytest.fixture
+def c_compiled():
+    """Compiles a function for the C backend (skips without one); the previous backend is restored after."""
+    previous = symgrad.get_backend()
+    symgrad.set_backend("c")
+
+    def compiled(function):
+        fn = function.compiled()
+        if fn.backend != "c":
+            pytest.skip("no C backend")
+        return fn
+    yield compiled
+    symgrad.set_backend(previous)
+
+
 @symgrad.function
 def loop_names(lo, hi, p, sg_lo, sg_rows_loop_names__forward_f64):
     return sg.sin(lo) * hi + p * sg_lo - sg_rows_loop_names__forward_f64
 
 
-def test_arguments_named_like_the_loop_machinery():
+def test_arguments_named_like_the_loop_machinery(c_compiled):
     """Arguments named lo, hi, p or after the generated row loops still build and compute (the loops' own
     names carry the sg_ prefix, which no sanitized user name keeps)."""
-    previous = symgrad.get_backend()
-    symgrad.set_backend("c")
-    try:
-        fn = loop_names.compiled()
-        if fn.backend != "c":
-            pytest.skip("no C backend")
-        args = [np.linspace(-1, 1, 7) * (k + 1) for k in range(5)]
-        value, grads = fn.value_and_vjp(*args, np.ones(7))
-        np.testing.assert_allclose(value, np.sin(args[0]) * args[1] + args[2] * args[3] - args[4], rtol=1e-14)
-        np.testing.assert_allclose(grads[0], np.cos(args[0]) * args[1], rtol=1e-14)
-        np.testing.assert_array_equal(grads[4], -np.ones(7))
-    finally:
-        symgrad.set_backend(previous)
+    fn = c_compiled(loop_names)
+    args = [np.linspace(-1, 1, 7) * (k + 1) for k in range(5)]
+    value, grads = fn.value_and_vjp(*args, np.ones(7))
+    np.testing.assert_allclose(value, np.sin(args[0]) * args[1] + args[2] * args[3] - args[4], rtol=1e-14)
+    np.testing.assert_allclose(grads[0], np.cos(args[0]) * args[1], rtol=1e-14)
+    np.testing.assert_array_equal(grads[4], -np.ones(7))
 
 
 @symgrad.function
@@ -479,31 +487,24 @@ def tanh_fn(x):
 
 
 @pytest.mark.parametrize("dtype, max_ulp", [("float64", 5), ("float32", 3)])
-def test_tanh_is_accurate_at_every_magnitude(dtype, max_ulp):
+def test_tanh_is_accurate_at_every_magnitude(c_compiled, dtype, max_ulp):
     """double prints tanh through expm1 (sg_tanh_f64: 3.4 ulp measured against tanhl, glibc's vector tanh
     1.2), float calls tanhf: both within a few ulp of NumPy's tanh (for float32, the float64 tanh of the same
     inputs, rounded) at every magnitude, the gradient is 1 - tanh**2, and signed zeros, infinities, NaN and
     subnormals come out as libm's tanh."""
-    previous = symgrad.get_backend()
-    symgrad.set_backend("c")
-    try:
-        fn = tanh_fn.compiled()
-        if fn.backend != "c":
-            pytest.skip("no C backend")
-        rng = np.random.default_rng(3)
-        x = np.concatenate([rng.normal(scale=s, size=4000) for s in (1e-30, 1e-8, 1e-3, 0.1, 1, 4, 30)])
-        x = x.astype(dtype)
-        value, (grad,) = fn.value_and_vjp(x, np.ones_like(x))
-        want = np.tanh(x.astype(np.float64)).astype(dtype)       # correctly rounded to ~0.5 ulp for float32
-        ulp = np.abs(value.astype(np.float64) - want) / np.spacing(np.abs(want)).astype(np.float64)
-        assert ulp.max() <= max_ulp, (ulp.max(), x[np.argmax(ulp)])
-        eps = np.finfo(dtype).eps          # 1 - tanh**2 cancels near |tanh| = 1: an absolute bound
-        np.testing.assert_allclose(grad, 1 - want.astype(np.float64) ** 2, rtol=8 * eps, atol=8 * eps)
-        special = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1e-310 if dtype == "float64" else 1e-40], dtype)
-        value, (grad,) = fn.value_and_vjp(special, np.ones_like(special))
-        np.testing.assert_array_equal(value, np.tanh(special))
-        assert np.signbit(value[1]) and not np.signbit(value[0])
-        np.testing.assert_array_equal(grad[:4], [1, 1, 0, 0])
-        assert np.isnan(grad[4])
-    finally:
-        symgrad.set_backend(previous)
+    fn = c_compiled(tanh_fn)
+    rng = np.random.default_rng(3)
+    x = np.concatenate([rng.normal(scale=s, size=4000) for s in (1e-30, 1e-8, 1e-3, 0.1, 1, 4, 30)])
+    x = x.astype(dtype)
+    value, (grad,) = fn.value_and_vjp(x, np.ones_like(x))
+    want = np.tanh(x.astype(np.float64)).astype(dtype)       # correctly rounded to ~0.5 ulp for float32
+    ulp = np.abs(value.astype(np.float64) - want) / np.spacing(np.abs(want)).astype(np.float64)
+    assert ulp.max() <= max_ulp, (ulp.max(), x[np.argmax(ulp)])
+    eps = np.finfo(dtype).eps          # 1 - tanh**2 cancels near |tanh| = 1: an absolute bound
+    np.testing.assert_allclose(grad, 1 - want.astype(np.float64) ** 2, rtol=8 * eps, atol=8 * eps)
+    special = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1e-310 if dtype == "float64" else 1e-40], dtype)
+    value, (grad,) = fn.value_and_vjp(special, np.ones_like(special))
+    np.testing.assert_array_equal(value, np.tanh(special))
+    assert np.signbit(value[1]) and not np.signbit(value[0])
+    np.testing.assert_array_equal(grad[:4], [1, 1, 0, 0])
+    assert np.isnan(grad[4])
