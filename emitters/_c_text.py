@@ -130,6 +130,11 @@ LOOP_MACROS = """\
    parallel region costs ~0.4 us even when its if() clause keeps it serial. */
 #define SG_PRAGMA(x) _Pragma(#x)
 #define SG_SIMD SG_PRAGMA(omp simd)
+#if defined(__GNUC__)
+#define SG_NOINLINE __attribute__((noinline))  /* one copy of each loop: compiled once, not per call site */
+#else
+#define SG_NOINLINE
+#endif
 #if defined(_OPENMP)
 #include <omp.h>
 static inline int64_t sg_share_lo(int64_t n)

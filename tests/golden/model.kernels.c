@@ -14,6 +14,11 @@
    parallel region costs ~0.4 us even when its if() clause keeps it serial. */
 #define SG_PRAGMA(x) _Pragma(#x)
 #define SG_SIMD SG_PRAGMA(omp simd)
+#if defined(__GNUC__)
+#define SG_NOINLINE __attribute__((noinline))  /* one copy of each loop: compiled once, not per call site */
+#else
+#define SG_NOINLINE
+#endif
 #if defined(_OPENMP)
 #include <omp.h>
 static inline int64_t sg_share_lo(int64_t n)
@@ -88,11 +93,11 @@ static inline double sg_tanh_f64(double x)
    out = x**2
    vjp x: 2*grad*x */
 /* value_and_vjp of square [model.py:10], double: rows sg_lo to sg_hi - 1 */
-static void sg_rows_square__value_and_vjp_f64(int64_t sg_lo, int64_t sg_hi,
-                                              const double *restrict x,
-                                              const double *restrict grad,
-                                              double *restrict out,
-                                              double *restrict grad_x)
+static SG_NOINLINE void sg_rows_square__value_and_vjp_f64(int64_t sg_lo, int64_t sg_hi,
+                                                          const double *restrict x,
+                                                          const double *restrict grad,
+                                                          double *restrict out,
+                                                          double *restrict grad_x)
 {
     SG_SIMD
     for (int64_t i = sg_lo; i < sg_hi; ++i) {
@@ -118,9 +123,9 @@ void square__value_and_vjp_f64__ptrs(int64_t n, void *const *p)
 }
 
 /* forward of square [model.py:10], double: rows sg_lo to sg_hi - 1 */
-static void sg_rows_square__forward_f64(int64_t sg_lo, int64_t sg_hi,
-                                        const double *restrict x,
-                                        double *restrict out)
+static SG_NOINLINE void sg_rows_square__forward_f64(int64_t sg_lo, int64_t sg_hi,
+                                                    const double *restrict x,
+                                                    double *restrict out)
 {
     SG_SIMD
     for (int64_t i = sg_lo; i < sg_hi; ++i) {
@@ -141,10 +146,10 @@ void square__forward_f64__ptrs(int64_t n, void *const *p)
 }
 
 /* vjp of square [model.py:10], double: rows sg_lo to sg_hi - 1 */
-static void sg_rows_square__vjp_f64(int64_t sg_lo, int64_t sg_hi,
-                                    const double *restrict x,
-                                    const double *restrict grad,
-                                    double *restrict grad_x)
+static SG_NOINLINE void sg_rows_square__vjp_f64(int64_t sg_lo, int64_t sg_hi,
+                                                const double *restrict x,
+                                                const double *restrict grad,
+                                                double *restrict grad_x)
 {
     SG_SIMD
     for (int64_t i = sg_lo; i < sg_hi; ++i) {
@@ -168,11 +173,11 @@ void square__vjp_f64__ptrs(int64_t n, void *const *p)
 }
 
 /* jvp of square [model.py:10], double: rows sg_lo to sg_hi - 1 */
-static void sg_rows_square__jvp_f64(int64_t sg_lo, int64_t sg_hi,
-                                    const double *restrict x,
-                                    const double *restrict tangent_x,
-                                    double *restrict out,
-                                    double *restrict jvp_out)
+static SG_NOINLINE void sg_rows_square__jvp_f64(int64_t sg_lo, int64_t sg_hi,
+                                                const double *restrict x,
+                                                const double *restrict tangent_x,
+                                                double *restrict out,
+                                                double *restrict jvp_out)
 {
     SG_SIMD
     for (int64_t i = sg_lo; i < sg_hi; ++i) {
@@ -198,10 +203,10 @@ void square__jvp_f64__ptrs(int64_t n, void *const *p)
 }
 
 /* value_and_jacobian of square [model.py:10], double: rows sg_lo to sg_hi - 1 */
-static void sg_rows_square__value_and_jacobian_f64(int64_t sg_lo, int64_t sg_hi,
-                                                   const double *restrict x,
-                                                   double *restrict out,
-                                                   double *restrict jacobian)
+static SG_NOINLINE void sg_rows_square__value_and_jacobian_f64(int64_t sg_lo, int64_t sg_hi,
+                                                               const double *restrict x,
+                                                               double *restrict out,
+                                                               double *restrict jacobian)
 {
     SG_SIMD
     for (int64_t i = sg_lo; i < sg_hi; ++i) {
@@ -226,11 +231,11 @@ void square__value_and_jacobian_f64__ptrs(int64_t n, void *const *p)
 }
 
 /* value_and_vjp of square [model.py:10], float: rows sg_lo to sg_hi - 1 */
-static void sg_rows_square__value_and_vjp_f32(int64_t sg_lo, int64_t sg_hi,
-                                              const float *restrict x,
-                                              const float *restrict grad,
-                                              float *restrict out,
-                                              float *restrict grad_x)
+static SG_NOINLINE void sg_rows_square__value_and_vjp_f32(int64_t sg_lo, int64_t sg_hi,
+                                                          const float *restrict x,
+                                                          const float *restrict grad,
+                                                          float *restrict out,
+                                                          float *restrict grad_x)
 {
     SG_SIMD
     for (int64_t i = sg_lo; i < sg_hi; ++i) {
@@ -256,9 +261,9 @@ void square__value_and_vjp_f32__ptrs(int64_t n, void *const *p)
 }
 
 /* forward of square [model.py:10], float: rows sg_lo to sg_hi - 1 */
-static void sg_rows_square__forward_f32(int64_t sg_lo, int64_t sg_hi,
-                                        const float *restrict x,
-                                        float *restrict out)
+static SG_NOINLINE void sg_rows_square__forward_f32(int64_t sg_lo, int64_t sg_hi,
+                                                    const float *restrict x,
+                                                    float *restrict out)
 {
     SG_SIMD
     for (int64_t i = sg_lo; i < sg_hi; ++i) {
@@ -279,10 +284,10 @@ void square__forward_f32__ptrs(int64_t n, void *const *p)
 }
 
 /* vjp of square [model.py:10], float: rows sg_lo to sg_hi - 1 */
-static void sg_rows_square__vjp_f32(int64_t sg_lo, int64_t sg_hi,
-                                    const float *restrict x,
-                                    const float *restrict grad,
-                                    float *restrict grad_x)
+static SG_NOINLINE void sg_rows_square__vjp_f32(int64_t sg_lo, int64_t sg_hi,
+                                                const float *restrict x,
+                                                const float *restrict grad,
+                                                float *restrict grad_x)
 {
     SG_SIMD
     for (int64_t i = sg_lo; i < sg_hi; ++i) {
@@ -303,11 +308,11 @@ void square__vjp_f32__ptrs(int64_t n, void *const *p)
 }
 
 /* jvp of square [model.py:10], float: rows sg_lo to sg_hi - 1 */
-static void sg_rows_square__jvp_f32(int64_t sg_lo, int64_t sg_hi,
-                                    const float *restrict x,
-                                    const float *restrict tangent_x,
-                                    float *restrict out,
-                                    float *restrict jvp_out)
+static SG_NOINLINE void sg_rows_square__jvp_f32(int64_t sg_lo, int64_t sg_hi,
+                                                const float *restrict x,
+                                                const float *restrict tangent_x,
+                                                float *restrict out,
+                                                float *restrict jvp_out)
 {
     SG_SIMD
     for (int64_t i = sg_lo; i < sg_hi; ++i) {
@@ -333,10 +338,10 @@ void square__jvp_f32__ptrs(int64_t n, void *const *p)
 }
 
 /* value_and_jacobian of square [model.py:10], float: rows sg_lo to sg_hi - 1 */
-static void sg_rows_square__value_and_jacobian_f32(int64_t sg_lo, int64_t sg_hi,
-                                                   const float *restrict x,
-                                                   float *restrict out,
-                                                   float *restrict jacobian)
+static SG_NOINLINE void sg_rows_square__value_and_jacobian_f32(int64_t sg_lo, int64_t sg_hi,
+                                                               const float *restrict x,
+                                                               float *restrict out,
+                                                               float *restrict jacobian)
 {
     SG_SIMD
     for (int64_t i = sg_lo; i < sg_hi; ++i) {
@@ -364,11 +369,11 @@ void square__value_and_jacobian_f32__ptrs(int64_t n, void *const *p)
    out = where(x > 0, x, -0.1)
    vjp x: grad*where(x > 0, 1, 0) */
 /* value_and_vjp of neo_relu [model.py:15], double: rows sg_lo to sg_hi - 1 */
-static void sg_rows_neo_relu__value_and_vjp_f64(int64_t sg_lo, int64_t sg_hi,
-                                                const double *restrict x,
-                                                const double *restrict grad,
-                                                double *restrict out,
-                                                double *restrict grad_x)
+static SG_NOINLINE void sg_rows_neo_relu__value_and_vjp_f64(int64_t sg_lo, int64_t sg_hi,
+                                                            const double *restrict x,
+                                                            const double *restrict grad,
+                                                            double *restrict out,
+                                                            double *restrict grad_x)
 {
     SG_SIMD
     for (int64_t i = sg_lo; i < sg_hi; ++i) {
@@ -394,9 +399,9 @@ void neo_relu__value_and_vjp_f64__ptrs(int64_t n, void *const *p)
 }
 
 /* forward of neo_relu [model.py:15], double: rows sg_lo to sg_hi - 1 */
-static void sg_rows_neo_relu__forward_f64(int64_t sg_lo, int64_t sg_hi,
-                                          const double *restrict x,
-                                          double *restrict out)
+static SG_NOINLINE void sg_rows_neo_relu__forward_f64(int64_t sg_lo, int64_t sg_hi,
+                                                      const double *restrict x,
+                                                      double *restrict out)
 {
     SG_SIMD
     for (int64_t i = sg_lo; i < sg_hi; ++i) {
@@ -417,10 +422,10 @@ void neo_relu__forward_f64__ptrs(int64_t n, void *const *p)
 }
 
 /* vjp of neo_relu [model.py:15], double: rows sg_lo to sg_hi - 1 */
-static void sg_rows_neo_relu__vjp_f64(int64_t sg_lo, int64_t sg_hi,
-                                      const double *restrict x,
-                                      const double *restrict grad,
-                                      double *restrict grad_x)
+static SG_NOINLINE void sg_rows_neo_relu__vjp_f64(int64_t sg_lo, int64_t sg_hi,
+                                                  const double *restrict x,
+                                                  const double *restrict grad,
+                                                  double *restrict grad_x)
 {
     SG_SIMD
     for (int64_t i = sg_lo; i < sg_hi; ++i) {
@@ -444,11 +449,11 @@ void neo_relu__vjp_f64__ptrs(int64_t n, void *const *p)
 }
 
 /* jvp of neo_relu [model.py:15], double: rows sg_lo to sg_hi - 1 */
-static void sg_rows_neo_relu__jvp_f64(int64_t sg_lo, int64_t sg_hi,
-                                      const double *restrict x,
-                                      const double *restrict tangent_x,
-                                      double *restrict out,
-                                      double *restrict jvp_out)
+static SG_NOINLINE void sg_rows_neo_relu__jvp_f64(int64_t sg_lo, int64_t sg_hi,
+                                                  const double *restrict x,
+                                                  const double *restrict tangent_x,
+                                                  double *restrict out,
+                                                  double *restrict jvp_out)
 {
     SG_SIMD
     for (int64_t i = sg_lo; i < sg_hi; ++i) {
@@ -474,10 +479,10 @@ void neo_relu__jvp_f64__ptrs(int64_t n, void *const *p)
 }
 
 /* value_and_jacobian of neo_relu [model.py:15], double: rows sg_lo to sg_hi - 1 */
-static void sg_rows_neo_relu__value_and_jacobian_f64(int64_t sg_lo, int64_t sg_hi,
-                                                     const double *restrict x,
-                                                     double *restrict out,
-                                                     double *restrict jacobian)
+static SG_NOINLINE void sg_rows_neo_relu__value_and_jacobian_f64(int64_t sg_lo, int64_t sg_hi,
+                                                                 const double *restrict x,
+                                                                 double *restrict out,
+                                                                 double *restrict jacobian)
 {
     SG_SIMD
     for (int64_t i = sg_lo; i < sg_hi; ++i) {
@@ -502,11 +507,11 @@ void neo_relu__value_and_jacobian_f64__ptrs(int64_t n, void *const *p)
 }
 
 /* value_and_vjp of neo_relu [model.py:15], float: rows sg_lo to sg_hi - 1 */
-static void sg_rows_neo_relu__value_and_vjp_f32(int64_t sg_lo, int64_t sg_hi,
-                                                const float *restrict x,
-                                                const float *restrict grad,
-                                                float *restrict out,
-                                                float *restrict grad_x)
+static SG_NOINLINE void sg_rows_neo_relu__value_and_vjp_f32(int64_t sg_lo, int64_t sg_hi,
+                                                            const float *restrict x,
+                                                            const float *restrict grad,
+                                                            float *restrict out,
+                                                            float *restrict grad_x)
 {
     SG_SIMD
     for (int64_t i = sg_lo; i < sg_hi; ++i) {
@@ -532,9 +537,9 @@ void neo_relu__value_and_vjp_f32__ptrs(int64_t n, void *const *p)
 }
 
 /* forward of neo_relu [model.py:15], float: rows sg_lo to sg_hi - 1 */
-static void sg_rows_neo_relu__forward_f32(int64_t sg_lo, int64_t sg_hi,
-                                          const float *restrict x,
-                                          float *restrict out)
+static SG_NOINLINE void sg_rows_neo_relu__forward_f32(int64_t sg_lo, int64_t sg_hi,
+                                                      const float *restrict x,
+                                                      float *restrict out)
 {
     SG_SIMD
     for (int64_t i = sg_lo; i < sg_hi; ++i) {
@@ -555,10 +560,10 @@ void neo_relu__forward_f32__ptrs(int64_t n, void *const *p)
 }
 
 /* vjp of neo_relu [model.py:15], float: rows sg_lo to sg_hi - 1 */
-static void sg_rows_neo_relu__vjp_f32(int64_t sg_lo, int64_t sg_hi,
-                                      const float *restrict x,
-                                      const float *restrict grad,
-                                      float *restrict grad_x)
+static SG_NOINLINE void sg_rows_neo_relu__vjp_f32(int64_t sg_lo, int64_t sg_hi,
+                                                  const float *restrict x,
+                                                  const float *restrict grad,
+                                                  float *restrict grad_x)
 {
     SG_SIMD
     for (int64_t i = sg_lo; i < sg_hi; ++i) {
@@ -579,11 +584,11 @@ void neo_relu__vjp_f32__ptrs(int64_t n, void *const *p)
 }
 
 /* jvp of neo_relu [model.py:15], float: rows sg_lo to sg_hi - 1 */
-static void sg_rows_neo_relu__jvp_f32(int64_t sg_lo, int64_t sg_hi,
-                                      const float *restrict x,
-                                      const float *restrict tangent_x,
-                                      float *restrict out,
-                                      float *restrict jvp_out)
+static SG_NOINLINE void sg_rows_neo_relu__jvp_f32(int64_t sg_lo, int64_t sg_hi,
+                                                  const float *restrict x,
+                                                  const float *restrict tangent_x,
+                                                  float *restrict out,
+                                                  float *restrict jvp_out)
 {
     SG_SIMD
     for (int64_t i = sg_lo; i < sg_hi; ++i) {
@@ -609,10 +614,10 @@ void neo_relu__jvp_f32__ptrs(int64_t n, void *const *p)
 }
 
 /* value_and_jacobian of neo_relu [model.py:15], float: rows sg_lo to sg_hi - 1 */
-static void sg_rows_neo_relu__value_and_jacobian_f32(int64_t sg_lo, int64_t sg_hi,
-                                                     const float *restrict x,
-                                                     float *restrict out,
-                                                     float *restrict jacobian)
+static SG_NOINLINE void sg_rows_neo_relu__value_and_jacobian_f32(int64_t sg_lo, int64_t sg_hi,
+                                                                 const float *restrict x,
+                                                                 float *restrict out,
+                                                                 float *restrict jacobian)
 {
     SG_SIMD
     for (int64_t i = sg_lo; i < sg_hi; ++i) {
@@ -640,11 +645,11 @@ void neo_relu__value_and_jacobian_f32__ptrs(int64_t n, void *const *p)
    out = softplus(x)
    vjp x: grad*sigmoid(x) */
 /* value_and_vjp of softplus [model.py:21], double: rows sg_lo to sg_hi - 1 */
-static void sg_rows_softplus__value_and_vjp_f64(int64_t sg_lo, int64_t sg_hi,
-                                                const double *restrict x,
-                                                const double *restrict grad,
-                                                double *restrict out,
-                                                double *restrict grad_x)
+static SG_NOINLINE void sg_rows_softplus__value_and_vjp_f64(int64_t sg_lo, int64_t sg_hi,
+                                                            const double *restrict x,
+                                                            const double *restrict grad,
+                                                            double *restrict out,
+                                                            double *restrict grad_x)
 {
     SG_SIMD
     for (int64_t i = sg_lo; i < sg_hi; ++i) {
@@ -671,9 +676,9 @@ void softplus__value_and_vjp_f64__ptrs(int64_t n, void *const *p)
 }
 
 /* forward of softplus [model.py:21], double: rows sg_lo to sg_hi - 1 */
-static void sg_rows_softplus__forward_f64(int64_t sg_lo, int64_t sg_hi,
-                                          const double *restrict x,
-                                          double *restrict out)
+static SG_NOINLINE void sg_rows_softplus__forward_f64(int64_t sg_lo, int64_t sg_hi,
+                                                      const double *restrict x,
+                                                      double *restrict out)
 {
     SG_SIMD
     for (int64_t i = sg_lo; i < sg_hi; ++i) {
@@ -694,10 +699,10 @@ void softplus__forward_f64__ptrs(int64_t n, void *const *p)
 }
 
 /* vjp of softplus [model.py:21], double: rows sg_lo to sg_hi - 1 */
-static void sg_rows_softplus__vjp_f64(int64_t sg_lo, int64_t sg_hi,
-                                      const double *restrict x,
-                                      const double *restrict grad,
-                                      double *restrict grad_x)
+static SG_NOINLINE void sg_rows_softplus__vjp_f64(int64_t sg_lo, int64_t sg_hi,
+                                                  const double *restrict x,
+                                                  const double *restrict grad,
+                                                  double *restrict grad_x)
 {
     SG_SIMD
     for (int64_t i = sg_lo; i < sg_hi; ++i) {
@@ -722,11 +727,11 @@ void softplus__vjp_f64__ptrs(int64_t n, void *const *p)
 }
 
 /* jvp of softplus [model.py:21], double: rows sg_lo to sg_hi - 1 */
-static void sg_rows_softplus__jvp_f64(int64_t sg_lo, int64_t sg_hi,
-                                      const double *restrict x,
-                                      const double *restrict tangent_x,
-                                      double *restrict out,
-                                      double *restrict jvp_out)
+static SG_NOINLINE void sg_rows_softplus__jvp_f64(int64_t sg_lo, int64_t sg_hi,
+                                                  const double *restrict x,
+                                                  const double *restrict tangent_x,
+                                                  double *restrict out,
+                                                  double *restrict jvp_out)
 {
     SG_SIMD
     for (int64_t i = sg_lo; i < sg_hi; ++i) {
@@ -753,10 +758,10 @@ void softplus__jvp_f64__ptrs(int64_t n, void *const *p)
 }
 
 /* value_and_jacobian of softplus [model.py:21], double: rows sg_lo to sg_hi - 1 */
-static void sg_rows_softplus__value_and_jacobian_f64(int64_t sg_lo, int64_t sg_hi,
-                                                     const double *restrict x,
-                                                     double *restrict out,
-                                                     double *restrict jacobian)
+static SG_NOINLINE void sg_rows_softplus__value_and_jacobian_f64(int64_t sg_lo, int64_t sg_hi,
+                                                                 const double *restrict x,
+                                                                 double *restrict out,
+                                                                 double *restrict jacobian)
 {
     SG_SIMD
     for (int64_t i = sg_lo; i < sg_hi; ++i) {
@@ -782,11 +787,11 @@ void softplus__value_and_jacobian_f64__ptrs(int64_t n, void *const *p)
 }
 
 /* value_and_vjp of softplus [model.py:21], float: rows sg_lo to sg_hi - 1 */
-static void sg_rows_softplus__value_and_vjp_f32(int64_t sg_lo, int64_t sg_hi,
-                                                const float *restrict x,
-                                                const float *restrict grad,
-                                                float *restrict out,
-                                                float *restrict grad_x)
+static SG_NOINLINE void sg_rows_softplus__value_and_vjp_f32(int64_t sg_lo, int64_t sg_hi,
+                                                            const float *restrict x,
+                                                            const float *restrict grad,
+                                                            float *restrict out,
+                                                            float *restrict grad_x)
 {
     SG_SIMD
     for (int64_t i = sg_lo; i < sg_hi; ++i) {
@@ -813,9 +818,9 @@ void softplus__value_and_vjp_f32__ptrs(int64_t n, void *const *p)
 }
 
 /* forward of softplus [model.py:21], float: rows sg_lo to sg_hi - 1 */
-static void sg_rows_softplus__forward_f32(int64_t sg_lo, int64_t sg_hi,
-                                          const float *restrict x,
-                                          float *restrict out)
+static SG_NOINLINE void sg_rows_softplus__forward_f32(int64_t sg_lo, int64_t sg_hi,
+                                                      const float *restrict x,
+                                                      float *restrict out)
 {
     SG_SIMD
     for (int64_t i = sg_lo; i < sg_hi; ++i) {
@@ -836,10 +841,10 @@ void softplus__forward_f32__ptrs(int64_t n, void *const *p)
 }
 
 /* vjp of softplus [model.py:21], float: rows sg_lo to sg_hi - 1 */
-static void sg_rows_softplus__vjp_f32(int64_t sg_lo, int64_t sg_hi,
-                                      const float *restrict x,
-                                      const float *restrict grad,
-                                      float *restrict grad_x)
+static SG_NOINLINE void sg_rows_softplus__vjp_f32(int64_t sg_lo, int64_t sg_hi,
+                                                  const float *restrict x,
+                                                  const float *restrict grad,
+                                                  float *restrict grad_x)
 {
     SG_SIMD
     for (int64_t i = sg_lo; i < sg_hi; ++i) {
@@ -861,11 +866,11 @@ void softplus__vjp_f32__ptrs(int64_t n, void *const *p)
 }
 
 /* jvp of softplus [model.py:21], float: rows sg_lo to sg_hi - 1 */
-static void sg_rows_softplus__jvp_f32(int64_t sg_lo, int64_t sg_hi,
-                                      const float *restrict x,
-                                      const float *restrict tangent_x,
-                                      float *restrict out,
-                                      float *restrict jvp_out)
+static SG_NOINLINE void sg_rows_softplus__jvp_f32(int64_t sg_lo, int64_t sg_hi,
+                                                  const float *restrict x,
+                                                  const float *restrict tangent_x,
+                                                  float *restrict out,
+                                                  float *restrict jvp_out)
 {
     SG_SIMD
     for (int64_t i = sg_lo; i < sg_hi; ++i) {
@@ -892,10 +897,10 @@ void softplus__jvp_f32__ptrs(int64_t n, void *const *p)
 }
 
 /* value_and_jacobian of softplus [model.py:21], float: rows sg_lo to sg_hi - 1 */
-static void sg_rows_softplus__value_and_jacobian_f32(int64_t sg_lo, int64_t sg_hi,
-                                                     const float *restrict x,
-                                                     float *restrict out,
-                                                     float *restrict jacobian)
+static SG_NOINLINE void sg_rows_softplus__value_and_jacobian_f32(int64_t sg_lo, int64_t sg_hi,
+                                                                 const float *restrict x,
+                                                                 float *restrict out,
+                                                                 float *restrict jacobian)
 {
     SG_SIMD
     for (int64_t i = sg_lo; i < sg_hi; ++i) {
@@ -925,13 +930,13 @@ void softplus__value_and_jacobian_f32__ptrs(int64_t n, void *const *p)
    vjp x: grad*(exp(-y**2)*cos(x) + 2*x*y**2/(1 + x**2*y**2))
    vjp y: grad*(-2*y*exp(-y**2)*sin(x) + 2*x**2*y/(1 + x**2*y**2)) */
 /* value_and_vjp of blend [model.py:27], double: rows sg_lo to sg_hi - 1 */
-static void sg_rows_blend__value_and_vjp_f64(int64_t sg_lo, int64_t sg_hi,
-                                             const double *restrict x,
-                                             const double *restrict y,
-                                             const double *restrict grad,
-                                             double *restrict out,
-                                             double *restrict grad_x,
-                                             double *restrict grad_y)
+static SG_NOINLINE void sg_rows_blend__value_and_vjp_f64(int64_t sg_lo, int64_t sg_hi,
+                                                         const double *restrict x,
+                                                         const double *restrict y,
+                                                         const double *restrict grad,
+                                                         double *restrict out,
+                                                         double *restrict grad_x,
+                                                         double *restrict grad_y)
 {
     SG_SIMD
     for (int64_t i = sg_lo; i < sg_hi; ++i) {
@@ -966,10 +971,10 @@ void blend__value_and_vjp_f64__ptrs(int64_t n, void *const *p)
 }
 
 /* forward of blend [model.py:27], double: rows sg_lo to sg_hi - 1 */
-static void sg_rows_blend__forward_f64(int64_t sg_lo, int64_t sg_hi,
-                                       const double *restrict x,
-                                       const double *restrict y,
-                                       double *restrict out)
+static SG_NOINLINE void sg_rows_blend__forward_f64(int64_t sg_lo, int64_t sg_hi,
+                                                   const double *restrict x,
+                                                   const double *restrict y,
+                                                   double *restrict out)
 {
     SG_SIMD
     for (int64_t i = sg_lo; i < sg_hi; ++i) {
@@ -991,12 +996,12 @@ void blend__forward_f64__ptrs(int64_t n, void *const *p)
 }
 
 /* vjp of blend [model.py:27], double: rows sg_lo to sg_hi - 1 */
-static void sg_rows_blend__vjp_f64(int64_t sg_lo, int64_t sg_hi,
-                                   const double *restrict x,
-                                   const double *restrict y,
-                                   const double *restrict grad,
-                                   double *restrict grad_x,
-                                   double *restrict grad_y)
+static SG_NOINLINE void sg_rows_blend__vjp_f64(int64_t sg_lo, int64_t sg_hi,
+                                               const double *restrict x,
+                                               const double *restrict y,
+                                               const double *restrict grad,
+                                               double *restrict grad_x,
+                                               double *restrict grad_y)
 {
     SG_SIMD
     for (int64_t i = sg_lo; i < sg_hi; ++i) {
@@ -1027,13 +1032,13 @@ void blend__vjp_f64__ptrs(int64_t n, void *const *p)
 }
 
 /* jvp of blend [model.py:27], double: rows sg_lo to sg_hi - 1 */
-static void sg_rows_blend__jvp_f64(int64_t sg_lo, int64_t sg_hi,
-                                   const double *restrict x,
-                                   const double *restrict y,
-                                   const double *restrict tangent_x,
-                                   const double *restrict tangent_y,
-                                   double *restrict out,
-                                   double *restrict jvp_out)
+static SG_NOINLINE void sg_rows_blend__jvp_f64(int64_t sg_lo, int64_t sg_hi,
+                                               const double *restrict x,
+                                               const double *restrict y,
+                                               const double *restrict tangent_x,
+                                               const double *restrict tangent_y,
+                                               double *restrict out,
+                                               double *restrict jvp_out)
 {
     SG_SIMD
     for (int64_t i = sg_lo; i < sg_hi; ++i) {
@@ -1067,11 +1072,11 @@ void blend__jvp_f64__ptrs(int64_t n, void *const *p)
 }
 
 /* value_and_jacobian of blend [model.py:27], double: rows sg_lo to sg_hi - 1 */
-static void sg_rows_blend__value_and_jacobian_f64(int64_t sg_lo, int64_t sg_hi,
-                                                  const double *restrict x,
-                                                  const double *restrict y,
-                                                  double *restrict out,
-                                                  double *restrict jacobian)
+static SG_NOINLINE void sg_rows_blend__value_and_jacobian_f64(int64_t sg_lo, int64_t sg_hi,
+                                                              const double *restrict x,
+                                                              const double *restrict y,
+                                                              double *restrict out,
+                                                              double *restrict jacobian)
 {
     SG_SIMD
     for (int64_t i = sg_lo; i < sg_hi; ++i) {
@@ -1104,13 +1109,13 @@ void blend__value_and_jacobian_f64__ptrs(int64_t n, void *const *p)
 }
 
 /* value_and_vjp of blend [model.py:27], float: rows sg_lo to sg_hi - 1 */
-static void sg_rows_blend__value_and_vjp_f32(int64_t sg_lo, int64_t sg_hi,
-                                             const float *restrict x,
-                                             const float *restrict y,
-                                             const float *restrict grad,
-                                             float *restrict out,
-                                             float *restrict grad_x,
-                                             float *restrict grad_y)
+static SG_NOINLINE void sg_rows_blend__value_and_vjp_f32(int64_t sg_lo, int64_t sg_hi,
+                                                         const float *restrict x,
+                                                         const float *restrict y,
+                                                         const float *restrict grad,
+                                                         float *restrict out,
+                                                         float *restrict grad_x,
+                                                         float *restrict grad_y)
 {
     SG_SIMD
     for (int64_t i = sg_lo; i < sg_hi; ++i) {
@@ -1145,10 +1150,10 @@ void blend__value_and_vjp_f32__ptrs(int64_t n, void *const *p)
 }
 
 /* forward of blend [model.py:27], float: rows sg_lo to sg_hi - 1 */
-static void sg_rows_blend__forward_f32(int64_t sg_lo, int64_t sg_hi,
-                                       const float *restrict x,
-                                       const float *restrict y,
-                                       float *restrict out)
+static SG_NOINLINE void sg_rows_blend__forward_f32(int64_t sg_lo, int64_t sg_hi,
+                                                   const float *restrict x,
+                                                   const float *restrict y,
+                                                   float *restrict out)
 {
     SG_SIMD
     for (int64_t i = sg_lo; i < sg_hi; ++i) {
@@ -1170,12 +1175,12 @@ void blend__forward_f32__ptrs(int64_t n, void *const *p)
 }
 
 /* vjp of blend [model.py:27], float: rows sg_lo to sg_hi - 1 */
-static void sg_rows_blend__vjp_f32(int64_t sg_lo, int64_t sg_hi,
-                                   const float *restrict x,
-                                   const float *restrict y,
-                                   const float *restrict grad,
-                                   float *restrict grad_x,
-                                   float *restrict grad_y)
+static SG_NOINLINE void sg_rows_blend__vjp_f32(int64_t sg_lo, int64_t sg_hi,
+                                               const float *restrict x,
+                                               const float *restrict y,
+                                               const float *restrict grad,
+                                               float *restrict grad_x,
+                                               float *restrict grad_y)
 {
     SG_SIMD
     for (int64_t i = sg_lo; i < sg_hi; ++i) {
@@ -1206,13 +1211,13 @@ void blend__vjp_f32__ptrs(int64_t n, void *const *p)
 }
 
 /* jvp of blend [model.py:27], float: rows sg_lo to sg_hi - 1 */
-static void sg_rows_blend__jvp_f32(int64_t sg_lo, int64_t sg_hi,
-                                   const float *restrict x,
-                                   const float *restrict y,
-                                   const float *restrict tangent_x,
-                                   const float *restrict tangent_y,
-                                   float *restrict out,
-                                   float *restrict jvp_out)
+static SG_NOINLINE void sg_rows_blend__jvp_f32(int64_t sg_lo, int64_t sg_hi,
+                                               const float *restrict x,
+                                               const float *restrict y,
+                                               const float *restrict tangent_x,
+                                               const float *restrict tangent_y,
+                                               float *restrict out,
+                                               float *restrict jvp_out)
 {
     SG_SIMD
     for (int64_t i = sg_lo; i < sg_hi; ++i) {
@@ -1246,11 +1251,11 @@ void blend__jvp_f32__ptrs(int64_t n, void *const *p)
 }
 
 /* value_and_jacobian of blend [model.py:27], float: rows sg_lo to sg_hi - 1 */
-static void sg_rows_blend__value_and_jacobian_f32(int64_t sg_lo, int64_t sg_hi,
-                                                  const float *restrict x,
-                                                  const float *restrict y,
-                                                  float *restrict out,
-                                                  float *restrict jacobian)
+static SG_NOINLINE void sg_rows_blend__value_and_jacobian_f32(int64_t sg_lo, int64_t sg_hi,
+                                                              const float *restrict x,
+                                                              const float *restrict y,
+                                                              float *restrict out,
+                                                              float *restrict jacobian)
 {
     SG_SIMD
     for (int64_t i = sg_lo; i < sg_hi; ++i) {
@@ -1286,11 +1291,11 @@ void blend__value_and_jacobian_f32__ptrs(int64_t n, void *const *p)
    out = 0.5*x*(1 + tanh(sqrt(2)*(x + 0.044715*x**3)/sqrt(pi)))
    vjp x: grad*(0.5 + 0.5*tanh(sqrt(2)*(x + 0.044715*x**3)/sqrt(pi)) + 0.5*sqrt(2)*x*(1 - tanh(sqrt(2)*(x + 0.044715*x**3)/sqrt(pi))**2)*(1 + 0.134145*x**2)/sqrt(pi)) */
 /* value_and_vjp of gelu_tanh [model.py:32], double: rows sg_lo to sg_hi - 1 */
-static void sg_rows_gelu_tanh__value_and_vjp_f64(int64_t sg_lo, int64_t sg_hi,
-                                                 const double *restrict x,
-                                                 const double *restrict grad,
-                                                 double *restrict out,
-                                                 double *restrict grad_x)
+static SG_NOINLINE void sg_rows_gelu_tanh__value_and_vjp_f64(int64_t sg_lo, int64_t sg_hi,
+                                                             const double *restrict x,
+                                                             const double *restrict grad,
+                                                             double *restrict out,
+                                                             double *restrict grad_x)
 {
     SG_SIMD
     for (int64_t i = sg_lo; i < sg_hi; ++i) {
@@ -1319,9 +1324,9 @@ void gelu_tanh__value_and_vjp_f64__ptrs(int64_t n, void *const *p)
 }
 
 /* forward of gelu_tanh [model.py:32], double: rows sg_lo to sg_hi - 1 */
-static void sg_rows_gelu_tanh__forward_f64(int64_t sg_lo, int64_t sg_hi,
-                                           const double *restrict x,
-                                           double *restrict out)
+static SG_NOINLINE void sg_rows_gelu_tanh__forward_f64(int64_t sg_lo, int64_t sg_hi,
+                                                       const double *restrict x,
+                                                       double *restrict out)
 {
     SG_SIMD
     for (int64_t i = sg_lo; i < sg_hi; ++i) {
@@ -1342,10 +1347,10 @@ void gelu_tanh__forward_f64__ptrs(int64_t n, void *const *p)
 }
 
 /* vjp of gelu_tanh [model.py:32], double: rows sg_lo to sg_hi - 1 */
-static void sg_rows_gelu_tanh__vjp_f64(int64_t sg_lo, int64_t sg_hi,
-                                       const double *restrict x,
-                                       const double *restrict grad,
-                                       double *restrict grad_x)
+static SG_NOINLINE void sg_rows_gelu_tanh__vjp_f64(int64_t sg_lo, int64_t sg_hi,
+                                                   const double *restrict x,
+                                                   const double *restrict grad,
+                                                   double *restrict grad_x)
 {
     SG_SIMD
     for (int64_t i = sg_lo; i < sg_hi; ++i) {
@@ -1371,11 +1376,11 @@ void gelu_tanh__vjp_f64__ptrs(int64_t n, void *const *p)
 }
 
 /* jvp of gelu_tanh [model.py:32], double: rows sg_lo to sg_hi - 1 */
-static void sg_rows_gelu_tanh__jvp_f64(int64_t sg_lo, int64_t sg_hi,
-                                       const double *restrict x,
-                                       const double *restrict tangent_x,
-                                       double *restrict out,
-                                       double *restrict jvp_out)
+static SG_NOINLINE void sg_rows_gelu_tanh__jvp_f64(int64_t sg_lo, int64_t sg_hi,
+                                                   const double *restrict x,
+                                                   const double *restrict tangent_x,
+                                                   double *restrict out,
+                                                   double *restrict jvp_out)
 {
     SG_SIMD
     for (int64_t i = sg_lo; i < sg_hi; ++i) {
@@ -1404,10 +1409,10 @@ void gelu_tanh__jvp_f64__ptrs(int64_t n, void *const *p)
 }
 
 /* value_and_jacobian of gelu_tanh [model.py:32], double: rows sg_lo to sg_hi - 1 */
-static void sg_rows_gelu_tanh__value_and_jacobian_f64(int64_t sg_lo, int64_t sg_hi,
-                                                      const double *restrict x,
-                                                      double *restrict out,
-                                                      double *restrict jacobian)
+static SG_NOINLINE void sg_rows_gelu_tanh__value_and_jacobian_f64(int64_t sg_lo, int64_t sg_hi,
+                                                                  const double *restrict x,
+                                                                  double *restrict out,
+                                                                  double *restrict jacobian)
 {
     SG_SIMD
     for (int64_t i = sg_lo; i < sg_hi; ++i) {
@@ -1435,11 +1440,11 @@ void gelu_tanh__value_and_jacobian_f64__ptrs(int64_t n, void *const *p)
 }
 
 /* value_and_vjp of gelu_tanh [model.py:32], float: rows sg_lo to sg_hi - 1 */
-static void sg_rows_gelu_tanh__value_and_vjp_f32(int64_t sg_lo, int64_t sg_hi,
-                                                 const float *restrict x,
-                                                 const float *restrict grad,
-                                                 float *restrict out,
-                                                 float *restrict grad_x)
+static SG_NOINLINE void sg_rows_gelu_tanh__value_and_vjp_f32(int64_t sg_lo, int64_t sg_hi,
+                                                             const float *restrict x,
+                                                             const float *restrict grad,
+                                                             float *restrict out,
+                                                             float *restrict grad_x)
 {
     SG_SIMD
     for (int64_t i = sg_lo; i < sg_hi; ++i) {
@@ -1468,9 +1473,9 @@ void gelu_tanh__value_and_vjp_f32__ptrs(int64_t n, void *const *p)
 }
 
 /* forward of gelu_tanh [model.py:32], float: rows sg_lo to sg_hi - 1 */
-static void sg_rows_gelu_tanh__forward_f32(int64_t sg_lo, int64_t sg_hi,
-                                           const float *restrict x,
-                                           float *restrict out)
+static SG_NOINLINE void sg_rows_gelu_tanh__forward_f32(int64_t sg_lo, int64_t sg_hi,
+                                                       const float *restrict x,
+                                                       float *restrict out)
 {
     SG_SIMD
     for (int64_t i = sg_lo; i < sg_hi; ++i) {
@@ -1491,10 +1496,10 @@ void gelu_tanh__forward_f32__ptrs(int64_t n, void *const *p)
 }
 
 /* vjp of gelu_tanh [model.py:32], float: rows sg_lo to sg_hi - 1 */
-static void sg_rows_gelu_tanh__vjp_f32(int64_t sg_lo, int64_t sg_hi,
-                                       const float *restrict x,
-                                       const float *restrict grad,
-                                       float *restrict grad_x)
+static SG_NOINLINE void sg_rows_gelu_tanh__vjp_f32(int64_t sg_lo, int64_t sg_hi,
+                                                   const float *restrict x,
+                                                   const float *restrict grad,
+                                                   float *restrict grad_x)
 {
     SG_SIMD
     for (int64_t i = sg_lo; i < sg_hi; ++i) {
@@ -1520,11 +1525,11 @@ void gelu_tanh__vjp_f32__ptrs(int64_t n, void *const *p)
 }
 
 /* jvp of gelu_tanh [model.py:32], float: rows sg_lo to sg_hi - 1 */
-static void sg_rows_gelu_tanh__jvp_f32(int64_t sg_lo, int64_t sg_hi,
-                                       const float *restrict x,
-                                       const float *restrict tangent_x,
-                                       float *restrict out,
-                                       float *restrict jvp_out)
+static SG_NOINLINE void sg_rows_gelu_tanh__jvp_f32(int64_t sg_lo, int64_t sg_hi,
+                                                   const float *restrict x,
+                                                   const float *restrict tangent_x,
+                                                   float *restrict out,
+                                                   float *restrict jvp_out)
 {
     SG_SIMD
     for (int64_t i = sg_lo; i < sg_hi; ++i) {
@@ -1553,10 +1558,10 @@ void gelu_tanh__jvp_f32__ptrs(int64_t n, void *const *p)
 }
 
 /* value_and_jacobian of gelu_tanh [model.py:32], float: rows sg_lo to sg_hi - 1 */
-static void sg_rows_gelu_tanh__value_and_jacobian_f32(int64_t sg_lo, int64_t sg_hi,
-                                                      const float *restrict x,
-                                                      float *restrict out,
-                                                      float *restrict jacobian)
+static SG_NOINLINE void sg_rows_gelu_tanh__value_and_jacobian_f32(int64_t sg_lo, int64_t sg_hi,
+                                                                  const float *restrict x,
+                                                                  float *restrict out,
+                                                                  float *restrict jacobian)
 {
     SG_SIMD
     for (int64_t i = sg_lo; i < sg_hi; ++i) {
@@ -1589,15 +1594,15 @@ void gelu_tanh__value_and_jacobian_f32__ptrs(int64_t n, void *const *p)
    vjp r: grad_out0*cos(theta) + grad_out1*sin(theta)
    vjp theta: grad_out1*r*cos(theta) - grad_out0*r*sin(theta) */
 /* value_and_vjp of polar [model.py:38], double: rows sg_lo to sg_hi - 1 */
-static void sg_rows_polar__value_and_vjp_f64(int64_t sg_lo, int64_t sg_hi,
-                                             const double *restrict r,
-                                             const double *restrict theta,
-                                             const double *restrict grad_out0,
-                                             const double *restrict grad_out1,
-                                             double *restrict out0,
-                                             double *restrict out1,
-                                             double *restrict grad_r,
-                                             double *restrict grad_theta)
+static SG_NOINLINE void sg_rows_polar__value_and_vjp_f64(int64_t sg_lo, int64_t sg_hi,
+                                                         const double *restrict r,
+                                                         const double *restrict theta,
+                                                         const double *restrict grad_out0,
+                                                         const double *restrict grad_out1,
+                                                         double *restrict out0,
+                                                         double *restrict out1,
+                                                         double *restrict grad_r,
+                                                         double *restrict grad_theta)
 {
     SG_SIMD
     for (int64_t i = sg_lo; i < sg_hi; ++i) {
@@ -1632,11 +1637,11 @@ void polar__value_and_vjp_f64__ptrs(int64_t n, void *const *p)
 }
 
 /* forward of polar [model.py:38], double: rows sg_lo to sg_hi - 1 */
-static void sg_rows_polar__forward_f64(int64_t sg_lo, int64_t sg_hi,
-                                       const double *restrict r,
-                                       const double *restrict theta,
-                                       double *restrict out0,
-                                       double *restrict out1)
+static SG_NOINLINE void sg_rows_polar__forward_f64(int64_t sg_lo, int64_t sg_hi,
+                                                   const double *restrict r,
+                                                   const double *restrict theta,
+                                                   double *restrict out0,
+                                                   double *restrict out1)
 {
     SG_SIMD
     for (int64_t i = sg_lo; i < sg_hi; ++i) {
@@ -1662,13 +1667,13 @@ void polar__forward_f64__ptrs(int64_t n, void *const *p)
 }
 
 /* vjp of polar [model.py:38], double: rows sg_lo to sg_hi - 1 */
-static void sg_rows_polar__vjp_f64(int64_t sg_lo, int64_t sg_hi,
-                                   const double *restrict r,
-                                   const double *restrict theta,
-                                   const double *restrict grad_out0,
-                                   const double *restrict grad_out1,
-                                   double *restrict grad_r,
-                                   double *restrict grad_theta)
+static SG_NOINLINE void sg_rows_polar__vjp_f64(int64_t sg_lo, int64_t sg_hi,
+                                               const double *restrict r,
+                                               const double *restrict theta,
+                                               const double *restrict grad_out0,
+                                               const double *restrict grad_out1,
+                                               double *restrict grad_r,
+                                               double *restrict grad_theta)
 {
     SG_SIMD
     for (int64_t i = sg_lo; i < sg_hi; ++i) {
@@ -1698,15 +1703,15 @@ void polar__vjp_f64__ptrs(int64_t n, void *const *p)
 }
 
 /* jvp of polar [model.py:38], double: rows sg_lo to sg_hi - 1 */
-static void sg_rows_polar__jvp_f64(int64_t sg_lo, int64_t sg_hi,
-                                   const double *restrict r,
-                                   const double *restrict theta,
-                                   const double *restrict tangent_r,
-                                   const double *restrict tangent_theta,
-                                   double *restrict out0,
-                                   double *restrict out1,
-                                   double *restrict jvp_out0,
-                                   double *restrict jvp_out1)
+static SG_NOINLINE void sg_rows_polar__jvp_f64(int64_t sg_lo, int64_t sg_hi,
+                                               const double *restrict r,
+                                               const double *restrict theta,
+                                               const double *restrict tangent_r,
+                                               const double *restrict tangent_theta,
+                                               double *restrict out0,
+                                               double *restrict out1,
+                                               double *restrict jvp_out0,
+                                               double *restrict jvp_out1)
 {
     SG_SIMD
     for (int64_t i = sg_lo; i < sg_hi; ++i) {
@@ -1742,12 +1747,12 @@ void polar__jvp_f64__ptrs(int64_t n, void *const *p)
 }
 
 /* value_and_jacobian of polar [model.py:38], double: rows sg_lo to sg_hi - 1 */
-static void sg_rows_polar__value_and_jacobian_f64(int64_t sg_lo, int64_t sg_hi,
-                                                  const double *restrict r,
-                                                  const double *restrict theta,
-                                                  double *restrict out0,
-                                                  double *restrict out1,
-                                                  double *restrict jacobian)
+static SG_NOINLINE void sg_rows_polar__value_and_jacobian_f64(int64_t sg_lo, int64_t sg_hi,
+                                                              const double *restrict r,
+                                                              const double *restrict theta,
+                                                              double *restrict out0,
+                                                              double *restrict out1,
+                                                              double *restrict jacobian)
 {
     SG_SIMD
     for (int64_t i = sg_lo; i < sg_hi; ++i) {
@@ -1782,15 +1787,15 @@ void polar__value_and_jacobian_f64__ptrs(int64_t n, void *const *p)
 }
 
 /* value_and_vjp of polar [model.py:38], float: rows sg_lo to sg_hi - 1 */
-static void sg_rows_polar__value_and_vjp_f32(int64_t sg_lo, int64_t sg_hi,
-                                             const float *restrict r,
-                                             const float *restrict theta,
-                                             const float *restrict grad_out0,
-                                             const float *restrict grad_out1,
-                                             float *restrict out0,
-                                             float *restrict out1,
-                                             float *restrict grad_r,
-                                             float *restrict grad_theta)
+static SG_NOINLINE void sg_rows_polar__value_and_vjp_f32(int64_t sg_lo, int64_t sg_hi,
+                                                         const float *restrict r,
+                                                         const float *restrict theta,
+                                                         const float *restrict grad_out0,
+                                                         const float *restrict grad_out1,
+                                                         float *restrict out0,
+                                                         float *restrict out1,
+                                                         float *restrict grad_r,
+                                                         float *restrict grad_theta)
 {
     SG_SIMD
     for (int64_t i = sg_lo; i < sg_hi; ++i) {
@@ -1825,11 +1830,11 @@ void polar__value_and_vjp_f32__ptrs(int64_t n, void *const *p)
 }
 
 /* forward of polar [model.py:38], float: rows sg_lo to sg_hi - 1 */
-static void sg_rows_polar__forward_f32(int64_t sg_lo, int64_t sg_hi,
-                                       const float *restrict r,
-                                       const float *restrict theta,
-                                       float *restrict out0,
-                                       float *restrict out1)
+static SG_NOINLINE void sg_rows_polar__forward_f32(int64_t sg_lo, int64_t sg_hi,
+                                                   const float *restrict r,
+                                                   const float *restrict theta,
+                                                   float *restrict out0,
+                                                   float *restrict out1)
 {
     SG_SIMD
     for (int64_t i = sg_lo; i < sg_hi; ++i) {
@@ -1855,13 +1860,13 @@ void polar__forward_f32__ptrs(int64_t n, void *const *p)
 }
 
 /* vjp of polar [model.py:38], float: rows sg_lo to sg_hi - 1 */
-static void sg_rows_polar__vjp_f32(int64_t sg_lo, int64_t sg_hi,
-                                   const float *restrict r,
-                                   const float *restrict theta,
-                                   const float *restrict grad_out0,
-                                   const float *restrict grad_out1,
-                                   float *restrict grad_r,
-                                   float *restrict grad_theta)
+static SG_NOINLINE void sg_rows_polar__vjp_f32(int64_t sg_lo, int64_t sg_hi,
+                                               const float *restrict r,
+                                               const float *restrict theta,
+                                               const float *restrict grad_out0,
+                                               const float *restrict grad_out1,
+                                               float *restrict grad_r,
+                                               float *restrict grad_theta)
 {
     SG_SIMD
     for (int64_t i = sg_lo; i < sg_hi; ++i) {
@@ -1891,15 +1896,15 @@ void polar__vjp_f32__ptrs(int64_t n, void *const *p)
 }
 
 /* jvp of polar [model.py:38], float: rows sg_lo to sg_hi - 1 */
-static void sg_rows_polar__jvp_f32(int64_t sg_lo, int64_t sg_hi,
-                                   const float *restrict r,
-                                   const float *restrict theta,
-                                   const float *restrict tangent_r,
-                                   const float *restrict tangent_theta,
-                                   float *restrict out0,
-                                   float *restrict out1,
-                                   float *restrict jvp_out0,
-                                   float *restrict jvp_out1)
+static SG_NOINLINE void sg_rows_polar__jvp_f32(int64_t sg_lo, int64_t sg_hi,
+                                               const float *restrict r,
+                                               const float *restrict theta,
+                                               const float *restrict tangent_r,
+                                               const float *restrict tangent_theta,
+                                               float *restrict out0,
+                                               float *restrict out1,
+                                               float *restrict jvp_out0,
+                                               float *restrict jvp_out1)
 {
     SG_SIMD
     for (int64_t i = sg_lo; i < sg_hi; ++i) {
@@ -1935,12 +1940,12 @@ void polar__jvp_f32__ptrs(int64_t n, void *const *p)
 }
 
 /* value_and_jacobian of polar [model.py:38], float: rows sg_lo to sg_hi - 1 */
-static void sg_rows_polar__value_and_jacobian_f32(int64_t sg_lo, int64_t sg_hi,
-                                                  const float *restrict r,
-                                                  const float *restrict theta,
-                                                  float *restrict out0,
-                                                  float *restrict out1,
-                                                  float *restrict jacobian)
+static SG_NOINLINE void sg_rows_polar__value_and_jacobian_f32(int64_t sg_lo, int64_t sg_hi,
+                                                              const float *restrict r,
+                                                              const float *restrict theta,
+                                                              float *restrict out0,
+                                                              float *restrict out1,
+                                                              float *restrict jacobian)
 {
     SG_SIMD
     for (int64_t i = sg_lo; i < sg_hi; ++i) {
