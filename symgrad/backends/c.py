@@ -105,8 +105,8 @@ def _direct_run(call, address: int, dtype: np.dtype, in_shapes: list[tuple], out
                 args.append(a)
         else:
             for a, tail in zip(inputs, ins):
-                if tail is None:         # uniform: one number (the boundary checked it is one)
-                    args.append(np.full(1, a, dtype))
+                if tail is None:         # uniform: one number (the boundary checked it is one), 0-d
+                    args.append(np.array(a, dtype))
                     continue
                 full = batch + tail
                 if type(a) is not ndarray or a.dtype is not dtype or a.shape != full:
