@@ -327,8 +327,9 @@ class CEmitter:
                              for k, s in enumerate(slots))
         body = "\n".join(f"        {line}" for line in lines)
         title = f"{program.name} of {_comment(kernel.name)} [{_comment(kernel.origin)}], {dtype.ctype}"
+        rows = prototype("sg_rows_" + name, params, "static SG_NOINLINE void", "int64_t sg_lo, int64_t sg_hi")
         return (f"/* {title}: rows sg_lo to sg_hi - 1 */\n"
-                f"{prototype('sg_rows_' + name, params, 'static SG_NOINLINE void', 'int64_t sg_lo, int64_t sg_hi')}\n{{\n"
+                f"{rows}\n{{\n"
                 f"    SG_SIMD\n"
                 f"    for (int64_t i = sg_lo; i < sg_hi; ++i) {{\n{body}\n    }}\n}}\n\n"
                 f"/* {title} */\n"

@@ -5,7 +5,8 @@ exact flags. The cache entry ``<cache>/c/<key>/`` is built in a private temporar
 into place, so concurrent builds of the same model all succeed and nobody imports half a file; an entry
 that fails to import is deleted and rebuilt. The key covers everything that changes the binary: the C
 text, the cdef, the compiler and its version, the flags, the CPU (``-march=native``), the Python ABI and
-the cffi/numpy versions.
+the cffi/numpy versions. ``load_extension`` builds a plain CPython extension (the backend's direct call,
+``symgrad/backends/direct.py``) through the same cache.
 
 The flags come from ``symgrad.toolchain`` (probed once per machine); no compiler at all raises
 ``CompilerUnavailable`` so the caller can fall back to NumPy. ``SYMGRAD_SANITIZE=1`` builds every module
@@ -38,8 +39,8 @@ from .errors import CompileError
 from .toolchain import (CompilerUnavailable, Toolchain, debug, debug_command, forget_toolchain,
                         run_command, toolchain)
 
-__all__ = ["load", "load_extension", "list_entries", "clear", "build_key", "module_name", "cdef_from_manifest", "prototype",
-           "CompilerUnavailable", "toolchain", "C_TYPES", "POINTERS_SUFFIX"]
+__all__ = ["load", "load_extension", "list_entries", "clear", "build_key", "module_name", "cdef_from_manifest",
+           "prototype", "CompilerUnavailable", "toolchain", "C_TYPES", "POINTERS_SUFFIX"]
 
 #: Bump when the build commands or the module layout change.
 BUILD_VERSION = "3"
