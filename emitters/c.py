@@ -34,10 +34,19 @@ from ._c_text import (DTYPES, HELPERS, LIBM, LIBMVEC_TIER, LOOP_MACROS, DType, c
 
 __all__ = ["CEmitter", "SymgradCPrinter", "DTYPES", "DType", "c_safe", "cdef", "function_name"]
 
-#: Programs with at most this many operations parallelize only from this many rows; heavier ones earlier
-#: (an OpenMP parallel region costs tens of microseconds, see bench/bench_kernels.py).
+#: When a loop runs on all OpenMP threads: from the row count at which one thread would take ~60 us (a
+#: parallel region costs a few microseconds when the threads are spinning, 60-120 us when they have to be
+#: woken; see ``symgrad.backends.c``), estimated as ``PARALLEL_WORK[dtype] / row cost`` within
+#: ``[PARALLEL_MIN_ROWS_FLOOR, PARALLEL_MIN_ROWS]``. A row's cost counts arithmetic as 1 and a math
+#: function call (sin, exp, a stable primitive, ...) as ``CALL_COST``; calibrated on bench_interop's chain20
+#: kernels (0.05 ns per unit in float32, 0.11 in float64, vectorized, on the 2-core VMs).
+PARALLEL_WORK = {"f32": 1_200_000, "f64": 600_000}
 PARALLEL_MIN_ROWS = 200_000
-PARALLEL_MIN_ROWS_FLOOR = 20_000
+PARALLEL_MIN_ROWS_FLOOR = 1_000
+CALL_COST = 10
+#: Functions that print as a compare, a select or one instruction, not a call
+_INLINE_FUNCTIONS = frozenset({"Abs", "Piecewise", "floor", "ceiling"}) | frozenset(
+    name for name, (calls, _) in HELPERS.items() if not calls)
 
 
 class SymgradCPrinter(ExpressionPrinter, TermOrder, C99CodePrinter):
@@ -248,10 +257,17 @@ def _comment(text: str) -> str:
     return one_line(text).replace("/*", "/ *")
 
 
-def _parallel_min_rows(kernel: Kernel, program: Program) -> int:
-    """Rows from which a loop runs on all OpenMP threads: fewer for heavier bodies (~constant work)."""
-    ops = max(dict(kernel.op_counts).get(program.name) or program.op_count(), 1)
-    return max(PARALLEL_MIN_ROWS_FLOOR, min(PARALLEL_MIN_ROWS, PARALLEL_MIN_ROWS * 10 // ops))
+def _row_cost(program: Program) -> int:
+    """A row's work in arithmetic operations, a math function call counting ``CALL_COST``."""
+    calls = sum(1 for a in program.body for node in sympy.preorder_traversal(a.expr)
+                if isinstance(node, sympy.Function) and type(node).__name__ not in _INLINE_FUNCTIONS)
+    return max(program.op_count() + (CALL_COST - 1) * calls, 1)
+
+
+def _parallel_min_rows(program: Program, dtype: DType) -> int:
+    """Rows from which a loop runs on all OpenMP threads (see ``PARALLEL_WORK``)."""
+    rows = PARALLEL_WORK[dtype.suffix] // _row_cost(program)
+    return max(PARALLEL_MIN_ROWS_FLOOR, min(PARALLEL_MIN_ROWS, rows))
 
 
 class _Names:
@@ -334,7 +350,7 @@ class CEmitter:
                 f"    for (int64_t i = sg_lo; i < sg_hi; ++i) {{\n{body}\n    }}\n}}\n\n"
                 f"/* {title} */\n"
                 f"{prototype(name, params)}\n{{\n"
-                f"    SG_ROWS({_parallel_min_rows(kernel, program)}, sg_rows_{name}, {args});\n}}\n\n"
+                f"    SG_ROWS({_parallel_min_rows(program, dtype)}, sg_rows_{name}, {args});\n}}\n\n"
                 f"/* {title}: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */\n"
                 f"void {name}{POINTERS_SUFFIX}(int64_t n, void *const *p)\n{{\n"
                 f"    {name}(n, {unpacked});\n}}")

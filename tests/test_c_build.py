@@ -349,7 +349,7 @@ def test_parallel_rows_match_one_thread(kernels):
     rng = np.random.default_rng(2)
     before = c.get_num_threads()
     try:
-        for n in (300_001, 1 << 19):
+        for n in (20_001, 300_001, 1 << 19):
             x, y, g = (rng.normal(size=n) for _ in range(3))
             c.set_num_threads(1)
             one = run((x, y, g), (n,))
@@ -359,6 +359,22 @@ def test_parallel_rows_match_one_thread(kernels):
                 np.testing.assert_array_equal(a, b)
     finally:
         c.set_num_threads(before)
+
+
+@pytest.mark.parametrize("env, expected", [({}, "SPIN_COUNT"), ({"OMP_WAIT_POLICY": "passive"}, None),
+                                           ({"GOMP_SPINCOUNT": "7"}, "7")])
+def test_idle_threads_spin_briefly_unless_told(package, env, expected):
+    """Loading C kernels sets GOMP_SPINCOUNT (idle OpenMP threads spin ~0.1 ms, then sleep) unless the user
+    chose a wait policy or a spin count."""
+    from symgrad.backends.c import SPIN_COUNT
+    expected = str(SPIN_COUNT) if expected == "SPIN_COUNT" else str(expected)
+    code = ("import os, sys, pathlib\nfrom symgrad.backends import Package\nfrom symgrad.backends.c import CBackend\n"
+            "CBackend().load(Package(pathlib.Path(sys.argv[1])))\nprint(os.environ.get('GOMP_SPINCOUNT'))\n")
+    clean = {k: v for k, v in child_env(env).items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT") or k in env}
+    r = subprocess.run([sys.executable, "-c", code, str(package.path)], capture_output=True, text=True,
+                       env=clean, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == expected
 
 
 def test_set_num_threads(kernels):

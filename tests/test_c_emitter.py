@@ -222,6 +222,25 @@ def test_module_layout(all_kernels, module_text):
     assert "/* out = softplus(x) */" in module_text
 
 
+def test_parallel_threshold_follows_the_work_per_row(all_kernels):
+    """A loop runs on all threads from fewer rows when its rows cost more: math calls weigh CALL_COST, and
+    a float64 row twice a float32 one; always within [PARALLEL_MIN_ROWS_FLOOR, PARALLEL_MIN_ROWS]."""
+    from emitters import c as ce
+    by_name = {k.name: k for k in all_kernels}
+    f64, f32 = DTYPES
+    rows = {name: ce._parallel_min_rows(by_name[name].program("value_and_vjp"), f64)
+            for name in ("neo_relu", "kinks", "blend", "big")}
+    assert rows["neo_relu"] == ce.PARALLEL_MIN_ROWS               # two selects and a multiply
+    assert ce.PARALLEL_MIN_ROWS_FLOOR < rows["big"] < rows["blend"] < rows["kinks"] < rows["neo_relu"]
+    kinks = by_name["kinks"].program("value_and_vjp")
+    assert ce._row_cost(kinks) == kinks.op_count()                # maximum, relu, clamp, abs: no calls
+    big = by_name["big"].program("value_and_vjp")
+    assert ce._row_cost(big) >= big.op_count() + (ce.CALL_COST - 1) * 8       # tanh exp log1p sigmoid cos ...
+    assert ce._parallel_min_rows(big, f32) == min(2 * rows["big"], ce.PARALLEL_MIN_ROWS)
+    text = CEmitter().emit_program(by_name["big"], big, f64)
+    assert f"SG_ROWS({rows['big']}, sg_rows_big__value_and_vjp_f64" in text
+
+
 @pytest.mark.parametrize("name", ["softplus_fn", "lse", "xlog"])
 def test_value_and_gradient_share_one_exponential(all_kernels, name):
     """softplus and its gradient sigmoid, logaddexp and its two sigmoid gradients, logsigmoid: one exp(-|u|)
