@@ -34,13 +34,13 @@ from ._c_text import (DTYPES, HELPERS, LIBM, LIBMVEC_TIER, LOOP_MACROS, DType, c
 
 __all__ = ["CEmitter", "SymgradCPrinter", "DTYPES", "DType", "c_safe", "cdef", "function_name"]
 
-#: When a loop runs on all OpenMP threads: from the row count at which one thread would take ~60 us (a
-#: parallel region costs a few microseconds when the threads are spinning, 60-120 us when they have to be
-#: woken; see ``symgrad.backends.c``), estimated as ``PARALLEL_WORK[dtype] / row cost`` within
+#: When a loop runs on all OpenMP threads: from the row count at which one thread would take ~0.25 ms (the
+#: other threads sleep between loops, and waking them costs 60-120 us on the 2-core VMs; see
+#: ``symgrad.backends.c``), estimated as ``PARALLEL_WORK[dtype] / row cost`` within
 #: ``[PARALLEL_MIN_ROWS_FLOOR, PARALLEL_MIN_ROWS]``. A row's cost counts arithmetic as 1 and a math
-#: function call (sin, exp, a stable primitive, ...) as ``CALL_COST``; calibrated on bench_interop's chain20
-#: kernels (0.05 ns per unit in float32, 0.11 in float64, vectorized, on the 2-core VMs).
-PARALLEL_WORK = {"f32": 1_200_000, "f64": 600_000}
+#: function call (sin, exp, log1p, ...) as ``CALL_COST``; calibrated on bench_interop's chain20 kernels
+#: (0.05 ns per unit and row in float32, 0.11 in float64, vectorized).
+PARALLEL_WORK = {"f32": 5_000_000, "f64": 2_500_000}
 PARALLEL_MIN_ROWS = 200_000
 PARALLEL_MIN_ROWS_FLOOR = 1_000
 CALL_COST = 10

@@ -361,22 +361,6 @@ def test_parallel_rows_match_one_thread(kernels):
         c.set_num_threads(before)
 
 
-@pytest.mark.parametrize("env, expected", [({}, "SPIN_COUNT"), ({"OMP_WAIT_POLICY": "passive"}, None),
-                                           ({"GOMP_SPINCOUNT": "7"}, "7")])
-def test_idle_threads_spin_briefly_unless_told(package, env, expected):
-    """Loading C kernels sets GOMP_SPINCOUNT (idle OpenMP threads spin ~0.1 ms, then sleep) unless the user
-    chose a wait policy or a spin count."""
-    from symgrad.backends.c import SPIN_COUNT
-    expected = str(SPIN_COUNT) if expected == "SPIN_COUNT" else str(expected)
-    code = ("import os, sys, pathlib\nfrom symgrad.backends import Package\nfrom symgrad.backends.c import CBackend\n"
-            "CBackend().load(Package(pathlib.Path(sys.argv[1])))\nprint(os.environ.get('GOMP_SPINCOUNT'))\n")
-    clean = {k: v for k, v in child_env(env).items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT") or k in env}
-    r = subprocess.run([sys.executable, "-c", code, str(package.path)], capture_output=True, text=True,
-                       env=clean, timeout=300)
-    assert r.returncode == 0, r.stderr
-    assert r.stdout.strip() == expected
-
-
 def test_set_num_threads(kernels):
     from symgrad.backends import c
     before = c.get_num_threads()

@@ -8,13 +8,12 @@ through ``direct`` (the arrays straight to the kernel's pointer-array entry), or
 dtypes, so the dtype and shape are checked here before any pointer is taken.
 
 Threads: loops above a size threshold (see ``emitters/c.py``) run on every OpenMP thread; ``set_num_threads``
-changes the count, ``SYMGRAD_OPENMP=0`` builds without OpenMP. Unless ``OMP_WAIT_POLICY`` or
-``GOMP_SPINCOUNT`` is already set, loading C kernels sets ``GOMP_SPINCOUNT`` to ``SPIN_COUNT``: an idle
-OpenMP thread spins that many pauses (about 0.1 ms) and then sleeps. libgomp's default spins ~10 ms, which
-on a busy machine stalls the next parallel loop (measured: 12 ms instead of 0.3 ms at N=1e5) and slows the
-NumPy code between kernel calls; sleeping at once (``passive``) costs 60-120 us of wake-up per parallel loop
-on this project's 2-core VMs (a chain20 kernel at N=5e4: 425 us on two threads, 300 us on one, 154 us on
-two spinning threads).
+changes the count, ``SYMGRAD_OPENMP=0`` builds without OpenMP. Unless ``OMP_WAIT_POLICY`` is already set,
+loading C kernels sets it to ``passive``: idle OpenMP threads then sleep instead of spinning, which on a
+busy machine otherwise stalls the next parallel loop (measured: 12 ms instead of 0.3 ms at N=1e5) and slows
+the NumPy code that runs between kernel calls. Even a short spin (``GOMP_SPINCOUNT=3000``, ~0.1 ms) made the
+digits MLP 22x slower: the spinning thread holds a core that OpenBLAS's matmul threads need. The price is
+the wake-up, 60-120 us per parallel loop on the 2-core VMs, which the loops' thresholds account for.
 """
 from __future__ import annotations
 
@@ -28,8 +27,6 @@ from . import BackendUnavailable, Package, Run, direct, pool, register_backend
 
 _SUFFIX = {np.dtype(np.float64): "f64", np.dtype(np.float32): "f32"}
 _loaded: list = []       # cffi modules loaded in this process (for set_num_threads)
-#: Pauses an idle OpenMP thread spins before it sleeps (~30 ns each on the 2-core VMs; see the docstring).
-SPIN_COUNT = 3000
 
 
 def set_num_threads(k: int) -> None:
@@ -52,8 +49,7 @@ class CKernels:
         manifest = package.manifest
         if "c" not in manifest.get("files", {}):
             raise BackendUnavailable(f"{package.path} has no C kernels (recompile it with symgrad)")
-        if "OMP_WAIT_POLICY" not in os.environ:               # before libgomp loads; see the docstring
-            os.environ.setdefault("GOMP_SPINCOUNT", str(SPIN_COUNT))
+        os.environ.setdefault("OMP_WAIT_POLICY", "passive")      # before libgomp loads; see the docstring
         source = package.read("c")
         self.module = build_c.load(source, build_c.cdef_from_manifest(manifest),
                                    label=f"{manifest.get('source', package.path.name)} "

@@ -666,7 +666,7 @@ void softplus__value_and_vjp_f64(int64_t n,
                                  double *restrict out,
                                  double *restrict grad_x)
 {
-    SG_ROWS(21428, sg_rows_softplus__value_and_vjp_f64, x, grad, out, grad_x);
+    SG_ROWS(89285, sg_rows_softplus__value_and_vjp_f64, x, grad, out, grad_x);
 }
 
 /* value_and_vjp of softplus [model.py:21], double: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
@@ -689,7 +689,7 @@ static SG_NOINLINE void sg_rows_softplus__forward_f64(int64_t sg_lo, int64_t sg_
 /* forward of softplus [model.py:21], double */
 void softplus__forward_f64(int64_t n, const double *restrict x, double *restrict out)
 {
-    SG_ROWS(25000, sg_rows_softplus__forward_f64, x, out);
+    SG_ROWS(104166, sg_rows_softplus__forward_f64, x, out);
 }
 
 /* forward of softplus [model.py:21], double: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
@@ -717,7 +717,7 @@ void softplus__vjp_f64(int64_t n,
                        const double *restrict grad,
                        double *restrict grad_x)
 {
-    SG_ROWS(37500, sg_rows_softplus__vjp_f64, x, grad, grad_x);
+    SG_ROWS(156250, sg_rows_softplus__vjp_f64, x, grad, grad_x);
 }
 
 /* vjp of softplus [model.py:21], double: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
@@ -748,7 +748,7 @@ void softplus__jvp_f64(int64_t n,
                        double *restrict out,
                        double *restrict jvp_out)
 {
-    SG_ROWS(21428, sg_rows_softplus__jvp_f64, x, tangent_x, out, jvp_out);
+    SG_ROWS(89285, sg_rows_softplus__jvp_f64, x, tangent_x, out, jvp_out);
 }
 
 /* jvp of softplus [model.py:21], double: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
@@ -777,7 +777,7 @@ void softplus__value_and_jacobian_f64(int64_t n,
                                       double *restrict out,
                                       double *restrict jacobian)
 {
-    SG_ROWS(22222, sg_rows_softplus__value_and_jacobian_f64, x, out, jacobian);
+    SG_ROWS(92592, sg_rows_softplus__value_and_jacobian_f64, x, out, jacobian);
 }
 
 /* value_and_jacobian of softplus [model.py:21], double: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
@@ -808,7 +808,7 @@ void softplus__value_and_vjp_f32(int64_t n,
                                  float *restrict out,
                                  float *restrict grad_x)
 {
-    SG_ROWS(42857, sg_rows_softplus__value_and_vjp_f32, x, grad, out, grad_x);
+    SG_ROWS(178571, sg_rows_softplus__value_and_vjp_f32, x, grad, out, grad_x);
 }
 
 /* value_and_vjp of softplus [model.py:21], float: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
@@ -831,7 +831,7 @@ static SG_NOINLINE void sg_rows_softplus__forward_f32(int64_t sg_lo, int64_t sg_
 /* forward of softplus [model.py:21], float */
 void softplus__forward_f32(int64_t n, const float *restrict x, float *restrict out)
 {
-    SG_ROWS(50000, sg_rows_softplus__forward_f32, x, out);
+    SG_ROWS(200000, sg_rows_softplus__forward_f32, x, out);
 }
 
 /* forward of softplus [model.py:21], float: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
@@ -856,7 +856,7 @@ static SG_NOINLINE void sg_rows_softplus__vjp_f32(int64_t sg_lo, int64_t sg_hi,
 /* vjp of softplus [model.py:21], float */
 void softplus__vjp_f32(int64_t n, const float *restrict x, const float *restrict grad, float *restrict grad_x)
 {
-    SG_ROWS(75000, sg_rows_softplus__vjp_f32, x, grad, grad_x);
+    SG_ROWS(200000, sg_rows_softplus__vjp_f32, x, grad, grad_x);
 }
 
 /* vjp of softplus [model.py:21], float: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
@@ -887,7 +887,7 @@ void softplus__jvp_f32(int64_t n,
                        float *restrict out,
                        float *restrict jvp_out)
 {
-    SG_ROWS(42857, sg_rows_softplus__jvp_f32, x, tangent_x, out, jvp_out);
+    SG_ROWS(178571, sg_rows_softplus__jvp_f32, x, tangent_x, out, jvp_out);
 }
 
 /* jvp of softplus [model.py:21], float: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
@@ -916,7 +916,7 @@ void softplus__value_and_jacobian_f32(int64_t n,
                                       float *restrict out,
                                       float *restrict jacobian)
 {
-    SG_ROWS(44444, sg_rows_softplus__value_and_jacobian_f32, x, out, jacobian);
+    SG_ROWS(185185, sg_rows_softplus__value_and_jacobian_f32, x, out, jacobian);
 }
 
 /* value_and_jacobian of softplus [model.py:21], float: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
@@ -961,7 +961,7 @@ void blend__value_and_vjp_f64(int64_t n,
                               double *restrict grad_x,
                               double *restrict grad_y)
 {
-    SG_ROWS(10169, sg_rows_blend__value_and_vjp_f64, x, y, grad, out, grad_x, grad_y);
+    SG_ROWS(42372, sg_rows_blend__value_and_vjp_f64, x, y, grad, out, grad_x, grad_y);
 }
 
 /* value_and_vjp of blend [model.py:27], double: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
@@ -986,7 +986,7 @@ static SG_NOINLINE void sg_rows_blend__forward_f64(int64_t sg_lo, int64_t sg_hi,
 /* forward of blend [model.py:27], double */
 void blend__forward_f64(int64_t n, const double *restrict x, const double *restrict y, double *restrict out)
 {
-    SG_ROWS(17142, sg_rows_blend__forward_f64, x, y, out);
+    SG_ROWS(71428, sg_rows_blend__forward_f64, x, y, out);
 }
 
 /* forward of blend [model.py:27], double: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
@@ -1022,7 +1022,7 @@ void blend__vjp_f64(int64_t n,
                     double *restrict grad_x,
                     double *restrict grad_y)
 {
-    SG_ROWS(12500, sg_rows_blend__vjp_f64, x, y, grad, grad_x, grad_y);
+    SG_ROWS(52083, sg_rows_blend__vjp_f64, x, y, grad, grad_x, grad_y);
 }
 
 /* vjp of blend [model.py:27], double: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
@@ -1062,7 +1062,7 @@ void blend__jvp_f64(int64_t n,
                     double *restrict out,
                     double *restrict jvp_out)
 {
-    SG_ROWS(10000, sg_rows_blend__jvp_f64, x, y, tangent_x, tangent_y, out, jvp_out);
+    SG_ROWS(41666, sg_rows_blend__jvp_f64, x, y, tangent_x, tangent_y, out, jvp_out);
 }
 
 /* jvp of blend [model.py:27], double: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
@@ -1099,7 +1099,7 @@ void blend__value_and_jacobian_f64(int64_t n,
                                    double *restrict out,
                                    double *restrict jacobian)
 {
-    SG_ROWS(10526, sg_rows_blend__value_and_jacobian_f64, x, y, out, jacobian);
+    SG_ROWS(43859, sg_rows_blend__value_and_jacobian_f64, x, y, out, jacobian);
 }
 
 /* value_and_jacobian of blend [model.py:27], double: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
@@ -1140,7 +1140,7 @@ void blend__value_and_vjp_f32(int64_t n,
                               float *restrict grad_x,
                               float *restrict grad_y)
 {
-    SG_ROWS(20338, sg_rows_blend__value_and_vjp_f32, x, y, grad, out, grad_x, grad_y);
+    SG_ROWS(84745, sg_rows_blend__value_and_vjp_f32, x, y, grad, out, grad_x, grad_y);
 }
 
 /* value_and_vjp of blend [model.py:27], float: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
@@ -1165,7 +1165,7 @@ static SG_NOINLINE void sg_rows_blend__forward_f32(int64_t sg_lo, int64_t sg_hi,
 /* forward of blend [model.py:27], float */
 void blend__forward_f32(int64_t n, const float *restrict x, const float *restrict y, float *restrict out)
 {
-    SG_ROWS(34285, sg_rows_blend__forward_f32, x, y, out);
+    SG_ROWS(142857, sg_rows_blend__forward_f32, x, y, out);
 }
 
 /* forward of blend [model.py:27], float: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
@@ -1201,7 +1201,7 @@ void blend__vjp_f32(int64_t n,
                     float *restrict grad_x,
                     float *restrict grad_y)
 {
-    SG_ROWS(25000, sg_rows_blend__vjp_f32, x, y, grad, grad_x, grad_y);
+    SG_ROWS(104166, sg_rows_blend__vjp_f32, x, y, grad, grad_x, grad_y);
 }
 
 /* vjp of blend [model.py:27], float: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
@@ -1241,7 +1241,7 @@ void blend__jvp_f32(int64_t n,
                     float *restrict out,
                     float *restrict jvp_out)
 {
-    SG_ROWS(20000, sg_rows_blend__jvp_f32, x, y, tangent_x, tangent_y, out, jvp_out);
+    SG_ROWS(83333, sg_rows_blend__jvp_f32, x, y, tangent_x, tangent_y, out, jvp_out);
 }
 
 /* jvp of blend [model.py:27], float: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
@@ -1278,7 +1278,7 @@ void blend__value_and_jacobian_f32(int64_t n,
                                    float *restrict out,
                                    float *restrict jacobian)
 {
-    SG_ROWS(21052, sg_rows_blend__value_and_jacobian_f32, x, y, out, jacobian);
+    SG_ROWS(87719, sg_rows_blend__value_and_jacobian_f32, x, y, out, jacobian);
 }
 
 /* value_and_jacobian of blend [model.py:27], float: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
@@ -1314,7 +1314,7 @@ void gelu_tanh__value_and_vjp_f64(int64_t n,
                                   double *restrict out,
                                   double *restrict grad_x)
 {
-    SG_ROWS(17647, sg_rows_gelu_tanh__value_and_vjp_f64, x, grad, out, grad_x);
+    SG_ROWS(73529, sg_rows_gelu_tanh__value_and_vjp_f64, x, grad, out, grad_x);
 }
 
 /* value_and_vjp of gelu_tanh [model.py:32], double: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
@@ -1337,7 +1337,7 @@ static SG_NOINLINE void sg_rows_gelu_tanh__forward_f64(int64_t sg_lo, int64_t sg
 /* forward of gelu_tanh [model.py:32], double */
 void gelu_tanh__forward_f64(int64_t n, const double *restrict x, double *restrict out)
 {
-    SG_ROWS(27272, sg_rows_gelu_tanh__forward_f64, x, out);
+    SG_ROWS(113636, sg_rows_gelu_tanh__forward_f64, x, out);
 }
 
 /* forward of gelu_tanh [model.py:32], double: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
@@ -1366,7 +1366,7 @@ void gelu_tanh__vjp_f64(int64_t n,
                         const double *restrict grad,
                         double *restrict grad_x)
 {
-    SG_ROWS(18750, sg_rows_gelu_tanh__vjp_f64, x, grad, grad_x);
+    SG_ROWS(78125, sg_rows_gelu_tanh__vjp_f64, x, grad, grad_x);
 }
 
 /* vjp of gelu_tanh [model.py:32], double: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
@@ -1399,7 +1399,7 @@ void gelu_tanh__jvp_f64(int64_t n,
                         double *restrict out,
                         double *restrict jvp_out)
 {
-    SG_ROWS(17647, sg_rows_gelu_tanh__jvp_f64, x, tangent_x, out, jvp_out);
+    SG_ROWS(73529, sg_rows_gelu_tanh__jvp_f64, x, tangent_x, out, jvp_out);
 }
 
 /* jvp of gelu_tanh [model.py:32], double: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
@@ -1430,7 +1430,7 @@ void gelu_tanh__value_and_jacobian_f64(int64_t n,
                                        double *restrict out,
                                        double *restrict jacobian)
 {
-    SG_ROWS(18181, sg_rows_gelu_tanh__value_and_jacobian_f64, x, out, jacobian);
+    SG_ROWS(75757, sg_rows_gelu_tanh__value_and_jacobian_f64, x, out, jacobian);
 }
 
 /* value_and_jacobian of gelu_tanh [model.py:32], double: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
@@ -1463,7 +1463,7 @@ void gelu_tanh__value_and_vjp_f32(int64_t n,
                                   float *restrict out,
                                   float *restrict grad_x)
 {
-    SG_ROWS(35294, sg_rows_gelu_tanh__value_and_vjp_f32, x, grad, out, grad_x);
+    SG_ROWS(147058, sg_rows_gelu_tanh__value_and_vjp_f32, x, grad, out, grad_x);
 }
 
 /* value_and_vjp of gelu_tanh [model.py:32], float: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
@@ -1486,7 +1486,7 @@ static SG_NOINLINE void sg_rows_gelu_tanh__forward_f32(int64_t sg_lo, int64_t sg
 /* forward of gelu_tanh [model.py:32], float */
 void gelu_tanh__forward_f32(int64_t n, const float *restrict x, float *restrict out)
 {
-    SG_ROWS(54545, sg_rows_gelu_tanh__forward_f32, x, out);
+    SG_ROWS(200000, sg_rows_gelu_tanh__forward_f32, x, out);
 }
 
 /* forward of gelu_tanh [model.py:32], float: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
@@ -1515,7 +1515,7 @@ void gelu_tanh__vjp_f32(int64_t n,
                         const float *restrict grad,
                         float *restrict grad_x)
 {
-    SG_ROWS(37500, sg_rows_gelu_tanh__vjp_f32, x, grad, grad_x);
+    SG_ROWS(156250, sg_rows_gelu_tanh__vjp_f32, x, grad, grad_x);
 }
 
 /* vjp of gelu_tanh [model.py:32], float: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
@@ -1548,7 +1548,7 @@ void gelu_tanh__jvp_f32(int64_t n,
                         float *restrict out,
                         float *restrict jvp_out)
 {
-    SG_ROWS(35294, sg_rows_gelu_tanh__jvp_f32, x, tangent_x, out, jvp_out);
+    SG_ROWS(147058, sg_rows_gelu_tanh__jvp_f32, x, tangent_x, out, jvp_out);
 }
 
 /* jvp of gelu_tanh [model.py:32], float: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
@@ -1579,7 +1579,7 @@ void gelu_tanh__value_and_jacobian_f32(int64_t n,
                                        float *restrict out,
                                        float *restrict jacobian)
 {
-    SG_ROWS(36363, sg_rows_gelu_tanh__value_and_jacobian_f32, x, out, jacobian);
+    SG_ROWS(151515, sg_rows_gelu_tanh__value_and_jacobian_f32, x, out, jacobian);
 }
 
 /* value_and_jacobian of gelu_tanh [model.py:32], float: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
@@ -1627,7 +1627,7 @@ void polar__value_and_vjp_f64(int64_t n,
                               double *restrict grad_r,
                               double *restrict grad_theta)
 {
-    SG_ROWS(20689, sg_rows_polar__value_and_vjp_f64, r, theta, grad_out0, grad_out1, out0, out1, grad_r, grad_theta);
+    SG_ROWS(86206, sg_rows_polar__value_and_vjp_f64, r, theta, grad_out0, grad_out1, out0, out1, grad_r, grad_theta);
 }
 
 /* value_and_vjp of polar [model.py:38], double: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
@@ -1657,7 +1657,7 @@ void polar__forward_f64(int64_t n,
                         double *restrict out0,
                         double *restrict out1)
 {
-    SG_ROWS(27272, sg_rows_polar__forward_f64, r, theta, out0, out1);
+    SG_ROWS(113636, sg_rows_polar__forward_f64, r, theta, out0, out1);
 }
 
 /* forward of polar [model.py:38], double: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
@@ -1693,7 +1693,7 @@ void polar__vjp_f64(int64_t n,
                     double *restrict grad_r,
                     double *restrict grad_theta)
 {
-    SG_ROWS(21428, sg_rows_polar__vjp_f64, r, theta, grad_out0, grad_out1, grad_r, grad_theta);
+    SG_ROWS(89285, sg_rows_polar__vjp_f64, r, theta, grad_out0, grad_out1, grad_r, grad_theta);
 }
 
 /* vjp of polar [model.py:38], double: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
@@ -1737,7 +1737,7 @@ void polar__jvp_f64(int64_t n,
                     double *restrict jvp_out0,
                     double *restrict jvp_out1)
 {
-    SG_ROWS(21428, sg_rows_polar__jvp_f64, r, theta, tangent_r, tangent_theta, out0, out1, jvp_out0, jvp_out1);
+    SG_ROWS(89285, sg_rows_polar__jvp_f64, r, theta, tangent_r, tangent_theta, out0, out1, jvp_out0, jvp_out1);
 }
 
 /* jvp of polar [model.py:38], double: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
@@ -1777,7 +1777,7 @@ void polar__value_and_jacobian_f64(int64_t n,
                                    double *restrict out1,
                                    double *restrict jacobian)
 {
-    SG_ROWS(26086, sg_rows_polar__value_and_jacobian_f64, r, theta, out0, out1, jacobian);
+    SG_ROWS(108695, sg_rows_polar__value_and_jacobian_f64, r, theta, out0, out1, jacobian);
 }
 
 /* value_and_jacobian of polar [model.py:38], double: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
@@ -1820,7 +1820,7 @@ void polar__value_and_vjp_f32(int64_t n,
                               float *restrict grad_r,
                               float *restrict grad_theta)
 {
-    SG_ROWS(41379, sg_rows_polar__value_and_vjp_f32, r, theta, grad_out0, grad_out1, out0, out1, grad_r, grad_theta);
+    SG_ROWS(172413, sg_rows_polar__value_and_vjp_f32, r, theta, grad_out0, grad_out1, out0, out1, grad_r, grad_theta);
 }
 
 /* value_and_vjp of polar [model.py:38], float: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
@@ -1850,7 +1850,7 @@ void polar__forward_f32(int64_t n,
                         float *restrict out0,
                         float *restrict out1)
 {
-    SG_ROWS(54545, sg_rows_polar__forward_f32, r, theta, out0, out1);
+    SG_ROWS(200000, sg_rows_polar__forward_f32, r, theta, out0, out1);
 }
 
 /* forward of polar [model.py:38], float: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
@@ -1886,7 +1886,7 @@ void polar__vjp_f32(int64_t n,
                     float *restrict grad_r,
                     float *restrict grad_theta)
 {
-    SG_ROWS(42857, sg_rows_polar__vjp_f32, r, theta, grad_out0, grad_out1, grad_r, grad_theta);
+    SG_ROWS(178571, sg_rows_polar__vjp_f32, r, theta, grad_out0, grad_out1, grad_r, grad_theta);
 }
 
 /* vjp of polar [model.py:38], float: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
@@ -1930,7 +1930,7 @@ void polar__jvp_f32(int64_t n,
                     float *restrict jvp_out0,
                     float *restrict jvp_out1)
 {
-    SG_ROWS(42857, sg_rows_polar__jvp_f32, r, theta, tangent_r, tangent_theta, out0, out1, jvp_out0, jvp_out1);
+    SG_ROWS(178571, sg_rows_polar__jvp_f32, r, theta, tangent_r, tangent_theta, out0, out1, jvp_out0, jvp_out1);
 }
 
 /* jvp of polar [model.py:38], float: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
@@ -1970,7 +1970,7 @@ void polar__value_and_jacobian_f32(int64_t n,
                                    float *restrict out1,
                                    float *restrict jacobian)
 {
-    SG_ROWS(52173, sg_rows_polar__value_and_jacobian_f32, r, theta, out0, out1, jacobian);
+    SG_ROWS(200000, sg_rows_polar__value_and_jacobian_f32, r, theta, out0, out1, jacobian);
 }
 
 /* value_and_jacobian of polar [model.py:38], float: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
