@@ -12,7 +12,9 @@ import symgrad as sg  # noqa: E402
 
 
 def best_time(fn: Callable[[], object], repeats: int, budget: float = 0.05) -> float:
-    """Seconds per call: the best of ``repeats`` batches, each about ``budget`` seconds long (after a warm-up)."""
+    """Seconds per call: the best of ``repeats`` batches, each about ``budget`` seconds long (after a warm-up
+    call; the batch size comes from a second, warm call, not from the first, which may load kernels)."""
+    fn()
     start = time.perf_counter()
     fn()
     once = max(time.perf_counter() - start, 1e-7)

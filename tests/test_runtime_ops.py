@@ -91,6 +91,20 @@ def test_small_nodes_save_the_jacobian_and_large_ones_the_inputs():
         np.testing.assert_allclose(x.grad.numpy(), 3 * np.cos(3 * x.detach().numpy()), rtol=1e-12)
 
 
+def test_jacobian_nodes_take_arrays_constant_tensors_and_parameters():
+    w = sg.nn.Parameter(np.linspace(0.5, 2, 6))
+    c = np.linspace(-1, 1, 6)
+    const = sg.tensor(np.full(6, 0.5))
+    wc = w * c
+    y = wc + const * w
+    assert y.grad_fn.backward is wc.grad_fn.backward is compiled_node._jacobian_backward
+    assert wc.grad_fn.inputs[0] is w and wc.grad_fn.inputs[1] is None and wc.grad_fn.saved[1] is None
+    y.sum().backward()
+    np.testing.assert_allclose(w.grad.numpy(), c + 0.5, rtol=1e-12)
+    with pytest.raises(TypeError):
+        w * "a"
+
+
 def test_repeated_python_numbers_keep_their_values(backend):
     """The C backend fills a repeated number out to the batch once and reuses it: 0.0 and -0.0, 1 and 1.0,
     NaN and the dtype must still each give their own result, and the shared fill must stay unchanged."""

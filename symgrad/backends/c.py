@@ -92,6 +92,7 @@ def _direct_run(call, address: int, dtype: np.dtype, in_shapes: list[tuple], out
     n_in, itemsize = len(ins), dtype.itemsize
     elementwise = all(s == () for s in ins)         # (no uniform input either)
     single = len(outs) == 1 and outs[0] == ()
+    pair = outs if len(outs) == 2 else None         # (value, Jacobian) and other two-result programs
     # batches of fewer elements than this get plain np.empty results, without the pool's call
     small = pool.POOL_MIN // dtype.itemsize // max([1, *(prod(t) for t in outs)])
 
@@ -116,7 +117,12 @@ def _direct_run(call, address: int, dtype: np.dtype, in_shapes: list[tuple], out
                 args.append(a)
         if out is None:
             make = empty if n < small else pooled
-            out = (make(batch, dtype),) if single else tuple([make(batch + tail, dtype) for tail in outs])
+            if single:
+                out = (make(batch, dtype),)
+            elif pair:                  # no comprehension: it costs as much as an allocation
+                out = (make(batch + pair[0], dtype), make(batch + pair[1], dtype))
+            else:
+                out = tuple([make(batch + tail, dtype) for tail in outs])
         elif type(out) is not tuple:
             out = tuple(out)
         if n:

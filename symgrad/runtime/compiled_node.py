@@ -25,6 +25,7 @@ from .tensor import Tensor, _result
 _names: dict[Any, str] = {}
 #: Largest input (elements) for which a node saves the local Jacobian instead of the inputs (see the docstring).
 JACOBIAN_MAX = 1 << 16
+_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 
 
 def _node_name(fn: Any) -> str:
@@ -36,6 +37,10 @@ def _node_name(fn: Any) -> str:
 
 def apply_compiled(fn: Any, args: tuple) -> Tensor | tuple[Tensor, ...]:
     """Run compiled ``fn`` on tensors and numbers; record one node when grad mode is on and an input needs it."""
+    if fn.jacobian_saving and mode.enabled:
+        result = _jacobian_node(fn, args)
+        if result is not None:
+            return result
     arrays = []
     inputs = []
     need = False
@@ -51,16 +56,6 @@ def apply_compiled(fn: Any, args: tuple) -> Tensor | tuple[Tensor, ...]:
         inputs.append(None)
     record = need and mode.enabled
     try:
-        if record and fn.jacobian_saving:
-            small = fn._run_same_shape("value_and_jacobian", arrays, JACOBIAN_MAX)
-            if small is not None:
-                out, jacobian = small                          # J: batch + (1, n_args), n_args <= 2
-                columns = (None if inputs[0] is None else jacobian[..., 0, 0],)
-                if len(inputs) == 2:
-                    columns += (None if inputs[1] is None else jacobian[..., 0, 1],)
-                node = Node(_jacobian_backward, tuple(inputs), columns, fn, _node_name(fn),
-                            ((out.shape, out.dtype),))
-                return _result(out, node, 0)
         outs = fn.forward(*arrays)
     except (ArgumentError, ValueError):
         _check_broadcast(arrays)
@@ -78,9 +73,54 @@ def apply_compiled(fn: Any, args: tuple) -> Tensor | tuple[Tensor, ...]:
     return tuple([_result(o, node, i) for i, o in enumerate(outs)])
 
 
+def _jacobian_node(fn: Any, args: tuple) -> Tensor | None:
+    """The Jacobian-saving node (see the module docstring) when ``args`` are same-shape float arrays or
+    tensors of one dtype, at most ``JACOBIAN_MAX`` elements, and numbers, one of them a tensor that requires
+    grad; else None. The tape's hot path: one pass over the arguments, then the kernel."""
+    arrays = []
+    inputs = []
+    first = None
+    need = False
+    for a in args:
+        if isinstance(a, Tensor):
+            data = a.data
+            if a._rg:
+                need = True
+                inputs.append(a)
+            else:
+                inputs.append(None)
+        elif type(a) is float or type(a) is int:
+            arrays.append(a)
+            inputs.append(None)
+            continue
+        elif type(a) is np.ndarray:
+            data = a
+            inputs.append(None)
+        else:
+            return None
+        if first is None:
+            first = data
+        elif data.dtype is not first.dtype or data.shape != first.shape:
+            return None
+        arrays.append(data)
+    if not need or first.dtype not in _FLOATS or first.size > JACOBIAN_MAX or fn._uniform_at:
+        return None
+    out, jacobian = fn._kernel("value_and_jacobian", first.dtype)(arrays, first.shape)   # J: batch + (1, n)
+    columns = tuple([None if inp is None else jacobian[..., 0, k] for k, inp in enumerate(inputs)])
+    name = _names.get(fn) or _node_name(fn)
+    return _result(out, Node(_jacobian_backward, tuple(inputs), columns, fn, name, ((out.shape, out.dtype),)), 0)
+
+
 def _jacobian_backward(node: Node, grads: list, graph: bool) -> tuple:
-    g = grads[0].data if graph else grads[0]
-    return _first_order(node, tuple([None if c is None else g * c for c in node.saved]), graph)
+    if graph:
+        g = grads[0].data
+        return _first_order(node, tuple([None if c is None else g * c for c in node.saved]), graph)
+    g = grads[0]
+    saved = node.saved
+    if len(saved) == 1:                  # its one input requires grad (else there would be no node)
+        return (g * saved[0],)
+    a, b = saved
+    return (None if a is None else g * a, None if b is None else g * b)
 
 
 def _vjp_backward(node: Node, grads: list, graph: bool) -> tuple:
