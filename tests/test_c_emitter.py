@@ -435,6 +435,26 @@ def test_kernels_agree_with_reference(compiled, all_kernels, dtype):
                     assert_agree(np.where(finite, g, w), w, 2e-3, 1e-5, f"{k.name}.{program.name}.{slot.name}")
 
 
+def test_two_row_loops_do_every_row(compiled, all_kernels):
+    """A latency-bound loop does rows i and j = i + skip per iteration (an odd count does its middle row
+    twice): every count, from none to a few vectors plus one, gives each row its own value."""
+    from emitters import c as ce
+    k = next(k for k in all_kernels if k.name == "gelu_tanh")
+    program = k.program("value_and_vjp")
+    f64, f32 = DTYPES
+    assert ce._two_rows(program, f32) and not ce._two_rows(program, f64)
+    assert "const int64_t j = i + sg_skip;" in CEmitter().emit_program(k, program, f32)
+    assert "sg_skip" not in CEmitter().emit_program(k, program, f64)
+    rng = np.random.default_rng(3)
+    for n in [*range(0, 40), 63, 64, 65, 257, 1000]:
+        arrays = [rng.normal(scale=3.0, size=n).astype(np.float32) for _ in program.inputs]
+        got = call(compiled, k, program, "float32", arrays)
+        want = reference(program, arrays) if n else [np.zeros(0)] * len(got)
+        for g, w in zip(got, want):
+            assert g.shape == (n,)
+            assert_agree(g, w, 2e-3, 1e-5, f"n={n}")
+
+
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
 def test_untaken_branch_never_leaks(compiled, all_kernels, dtype):
     k = next(k for k in all_kernels if k.name == "sqrt_relu")

@@ -793,11 +793,19 @@ static SG_NOINLINE void sg_rows_softplus__value_and_vjp_f32(int64_t sg_lo, int64
                                                             float *restrict out,
                                                             float *restrict grad_x)
 {
+    /* two rows per iteration, i from the first half and j from the second (an odd count does its
+       middle row twice): their chains of math calls overlap in the CPU */
+    const int64_t sg_half = (sg_hi - sg_lo + 1)/2;
+    const int64_t sg_skip = sg_hi - sg_lo - sg_half;
     SG_SIMD
-    for (int64_t i = sg_lo; i < sg_hi; ++i) {
+    for (int64_t i = sg_lo; i < sg_lo + sg_half; ++i) {
+        const int64_t j = i + sg_skip;
         const float t0 = expf(-fabsf(x[i]));
+        const float t0_b = expf(-fabsf(x[j]));
         out[i] = (x[i] > 0.0F ? x[i] : 0.0F) + log1pf(t0);  /* out = softplus(x) */
         grad_x[i] = grad[i]*(x[i] >= 0.0F ? 1.0F : t0)/(1.0F + t0);  /* grad_x = d(out)/dx . grad */
+        out[j] = (x[j] > 0.0F ? x[j] : 0.0F) + log1pf(t0_b);
+        grad_x[j] = grad[j]*(x[j] >= 0.0F ? 1.0F : t0_b)/(1.0F + t0_b);
     }
 }
 
@@ -822,9 +830,15 @@ static SG_NOINLINE void sg_rows_softplus__forward_f32(int64_t sg_lo, int64_t sg_
                                                       const float *restrict x,
                                                       float *restrict out)
 {
+    /* two rows per iteration, i from the first half and j from the second (an odd count does its
+       middle row twice): their chains of math calls overlap in the CPU */
+    const int64_t sg_half = (sg_hi - sg_lo + 1)/2;
+    const int64_t sg_skip = sg_hi - sg_lo - sg_half;
     SG_SIMD
-    for (int64_t i = sg_lo; i < sg_hi; ++i) {
+    for (int64_t i = sg_lo; i < sg_lo + sg_half; ++i) {
+        const int64_t j = i + sg_skip;
         out[i] = (x[i] > 0.0F ? x[i] : 0.0F) + log1pf(expf(-fabsf(x[i])));  /* out = softplus(x) */
+        out[j] = (x[j] > 0.0F ? x[j] : 0.0F) + log1pf(expf(-fabsf(x[j])));
     }
 }
 
@@ -846,10 +860,17 @@ static SG_NOINLINE void sg_rows_softplus__vjp_f32(int64_t sg_lo, int64_t sg_hi,
                                                   const float *restrict grad,
                                                   float *restrict grad_x)
 {
+    /* two rows per iteration, i from the first half and j from the second (an odd count does its
+       middle row twice): their chains of math calls overlap in the CPU */
+    const int64_t sg_half = (sg_hi - sg_lo + 1)/2;
+    const int64_t sg_skip = sg_hi - sg_lo - sg_half;
     SG_SIMD
-    for (int64_t i = sg_lo; i < sg_hi; ++i) {
+    for (int64_t i = sg_lo; i < sg_lo + sg_half; ++i) {
+        const int64_t j = i + sg_skip;
         const float t0 = expf(-fabsf(x[i]));
+        const float t0_b = expf(-fabsf(x[j]));
         grad_x[i] = grad[i]*(x[i] >= 0.0F ? 1.0F : t0)/(1.0F + t0);  /* grad_x = d(out)/dx . grad */
+        grad_x[j] = grad[j]*(x[j] >= 0.0F ? 1.0F : t0_b)/(1.0F + t0_b);
     }
 }
 
@@ -872,11 +893,19 @@ static SG_NOINLINE void sg_rows_softplus__jvp_f32(int64_t sg_lo, int64_t sg_hi,
                                                   float *restrict out,
                                                   float *restrict jvp_out)
 {
+    /* two rows per iteration, i from the first half and j from the second (an odd count does its
+       middle row twice): their chains of math calls overlap in the CPU */
+    const int64_t sg_half = (sg_hi - sg_lo + 1)/2;
+    const int64_t sg_skip = sg_hi - sg_lo - sg_half;
     SG_SIMD
-    for (int64_t i = sg_lo; i < sg_hi; ++i) {
+    for (int64_t i = sg_lo; i < sg_lo + sg_half; ++i) {
+        const int64_t j = i + sg_skip;
         const float t0 = expf(-fabsf(x[i]));
+        const float t0_b = expf(-fabsf(x[j]));
         out[i] = (x[i] > 0.0F ? x[i] : 0.0F) + log1pf(t0);  /* out = softplus(x) */
         jvp_out[i] = tangent_x[i]*(x[i] >= 0.0F ? 1.0F : t0)/(1.0F + t0);
+        out[j] = (x[j] > 0.0F ? x[j] : 0.0F) + log1pf(t0_b);
+        jvp_out[j] = tangent_x[j]*(x[j] >= 0.0F ? 1.0F : t0_b)/(1.0F + t0_b);
     }
 }
 
@@ -902,11 +931,19 @@ static SG_NOINLINE void sg_rows_softplus__value_and_jacobian_f32(int64_t sg_lo, 
                                                                  float *restrict out,
                                                                  float *restrict jacobian)
 {
+    /* two rows per iteration, i from the first half and j from the second (an odd count does its
+       middle row twice): their chains of math calls overlap in the CPU */
+    const int64_t sg_half = (sg_hi - sg_lo + 1)/2;
+    const int64_t sg_skip = sg_hi - sg_lo - sg_half;
     SG_SIMD
-    for (int64_t i = sg_lo; i < sg_hi; ++i) {
+    for (int64_t i = sg_lo; i < sg_lo + sg_half; ++i) {
+        const int64_t j = i + sg_skip;
         const float t0 = expf(-fabsf(x[i]));
+        const float t0_b = expf(-fabsf(x[j]));
         out[i] = (x[i] > 0.0F ? x[i] : 0.0F) + log1pf(t0);  /* out = softplus(x) */
         jacobian[i] = (x[i] >= 0.0F ? 1.0F : t0)/(1.0F + t0);
+        out[j] = (x[j] > 0.0F ? x[j] : 0.0F) + log1pf(t0_b);
+        jacobian[j] = (x[j] >= 0.0F ? 1.0F : t0_b)/(1.0F + t0_b);
     }
 }
 
@@ -1155,10 +1192,17 @@ static SG_NOINLINE void sg_rows_blend__forward_f32(int64_t sg_lo, int64_t sg_hi,
                                                    const float *restrict y,
                                                    float *restrict out)
 {
+    /* two rows per iteration, i from the first half and j from the second (an odd count does its
+       middle row twice): their chains of math calls overlap in the CPU */
+    const int64_t sg_half = (sg_hi - sg_lo + 1)/2;
+    const int64_t sg_skip = sg_hi - sg_lo - sg_half;
     SG_SIMD
-    for (int64_t i = sg_lo; i < sg_hi; ++i) {
+    for (int64_t i = sg_lo; i < sg_lo + sg_half; ++i) {
+        const int64_t j = i + sg_skip;
         const float t0 = y[i]*y[i];
+        const float t0_b = y[j]*y[j];
         out[i] = expf(-t0)*sinf(x[i]) + log1pf(t0*x[i]*x[i]);  /* out = exp(-y**2)*sin(x) + log1p(x**2*y**2) */
+        out[j] = expf(-t0_b)*sinf(x[j]) + log1pf(t0_b*x[j]*x[j]);
     }
 }
 
@@ -1446,13 +1490,23 @@ static SG_NOINLINE void sg_rows_gelu_tanh__value_and_vjp_f32(int64_t sg_lo, int6
                                                              float *restrict out,
                                                              float *restrict grad_x)
 {
+    /* two rows per iteration, i from the first half and j from the second (an odd count does its
+       middle row twice): their chains of math calls overlap in the CPU */
+    const int64_t sg_half = (sg_hi - sg_lo + 1)/2;
+    const int64_t sg_skip = sg_hi - sg_lo - sg_half;
     SG_SIMD
-    for (int64_t i = sg_lo; i < sg_hi; ++i) {
+    for (int64_t i = sg_lo; i < sg_lo + sg_half; ++i) {
+        const int64_t j = i + sg_skip;
         const float t0 = 0.5F*x[i];
+        const float t0_b = 0.5F*x[j];
         const float t1 = sqrtf(2.0F)/sqrtf(3.1415927F);
+        const float t1_b = sqrtf(2.0F)/sqrtf(3.1415927F);
         const float t2 = tanhf(t1*(x[i] + 0.044715F*x[i]*x[i]*x[i]));
+        const float t2_b = tanhf(t1_b*(x[j] + 0.044715F*x[j]*x[j]*x[j]));
         out[i] = t0*(1.0F + t2);  /* out = 0.5*x*(1 + tanh(sqrt(2)*(x + 0.044715*x**3)/sqrt(pi))) */
         grad_x[i] = grad[i]*(0.5F + 0.5F*t2 + t0*t1*(1.0F - (t2*t2))*(1.0F + 0.134145F*x[i]*x[i]));  /* grad_x = d(out)/dx . grad */
+        out[j] = t0_b*(1.0F + t2_b);
+        grad_x[j] = grad[j]*(0.5F + 0.5F*t2_b + t0_b*t1_b*(1.0F - (t2_b*t2_b))*(1.0F + 0.134145F*x[j]*x[j]));
     }
 }
 
@@ -1477,9 +1531,15 @@ static SG_NOINLINE void sg_rows_gelu_tanh__forward_f32(int64_t sg_lo, int64_t sg
                                                        const float *restrict x,
                                                        float *restrict out)
 {
+    /* two rows per iteration, i from the first half and j from the second (an odd count does its
+       middle row twice): their chains of math calls overlap in the CPU */
+    const int64_t sg_half = (sg_hi - sg_lo + 1)/2;
+    const int64_t sg_skip = sg_hi - sg_lo - sg_half;
     SG_SIMD
-    for (int64_t i = sg_lo; i < sg_hi; ++i) {
+    for (int64_t i = sg_lo; i < sg_lo + sg_half; ++i) {
+        const int64_t j = i + sg_skip;
         out[i] = 0.5F*x[i]*(1.0F + tanhf(sqrtf(2.0F)*(x[i] + 0.044715F*x[i]*x[i]*x[i])/sqrtf(3.1415927F)));  /* out = 0.5*x*(1 + tanh(sqrt(2)*(x + 0.044715*x**3)/sqrt(pi))) */
+        out[j] = 0.5F*x[j]*(1.0F + tanhf(sqrtf(2.0F)*(x[j] + 0.044715F*x[j]*x[j]*x[j])/sqrtf(3.1415927F)));
     }
 }
 
@@ -1501,11 +1561,19 @@ static SG_NOINLINE void sg_rows_gelu_tanh__vjp_f32(int64_t sg_lo, int64_t sg_hi,
                                                    const float *restrict grad,
                                                    float *restrict grad_x)
 {
+    /* two rows per iteration, i from the first half and j from the second (an odd count does its
+       middle row twice): their chains of math calls overlap in the CPU */
+    const int64_t sg_half = (sg_hi - sg_lo + 1)/2;
+    const int64_t sg_skip = sg_hi - sg_lo - sg_half;
     SG_SIMD
-    for (int64_t i = sg_lo; i < sg_hi; ++i) {
+    for (int64_t i = sg_lo; i < sg_lo + sg_half; ++i) {
+        const int64_t j = i + sg_skip;
         const float t1 = sqrtf(2.0F)/sqrtf(3.1415927F);
+        const float t1_b = sqrtf(2.0F)/sqrtf(3.1415927F);
         const float t2 = tanhf(t1*(x[i] + 0.044715F*x[i]*x[i]*x[i]));
+        const float t2_b = tanhf(t1_b*(x[j] + 0.044715F*x[j]*x[j]*x[j]));
         grad_x[i] = grad[i]*(0.5F + 0.5F*t2 + 0.5F*t1*x[i]*(1.0F - (t2*t2))*(1.0F + 0.134145F*x[i]*x[i]));  /* grad_x = d(out)/dx . grad */
+        grad_x[j] = grad[j]*(0.5F + 0.5F*t2_b + 0.5F*t1_b*x[j]*(1.0F - (t2_b*t2_b))*(1.0F + 0.134145F*x[j]*x[j]));
     }
 }
 
@@ -1531,13 +1599,23 @@ static SG_NOINLINE void sg_rows_gelu_tanh__jvp_f32(int64_t sg_lo, int64_t sg_hi,
                                                    float *restrict out,
                                                    float *restrict jvp_out)
 {
+    /* two rows per iteration, i from the first half and j from the second (an odd count does its
+       middle row twice): their chains of math calls overlap in the CPU */
+    const int64_t sg_half = (sg_hi - sg_lo + 1)/2;
+    const int64_t sg_skip = sg_hi - sg_lo - sg_half;
     SG_SIMD
-    for (int64_t i = sg_lo; i < sg_hi; ++i) {
+    for (int64_t i = sg_lo; i < sg_lo + sg_half; ++i) {
+        const int64_t j = i + sg_skip;
         const float t0 = 0.5F*x[i];
+        const float t0_b = 0.5F*x[j];
         const float t1 = sqrtf(2.0F)/sqrtf(3.1415927F);
+        const float t1_b = sqrtf(2.0F)/sqrtf(3.1415927F);
         const float t2 = tanhf(t1*(x[i] + 0.044715F*x[i]*x[i]*x[i]));
+        const float t2_b = tanhf(t1_b*(x[j] + 0.044715F*x[j]*x[j]*x[j]));
         out[i] = t0*(1.0F + t2);  /* out = 0.5*x*(1 + tanh(sqrt(2)*(x + 0.044715*x**3)/sqrt(pi))) */
         jvp_out[i] = tangent_x[i]*(0.5F + 0.5F*t2 + t0*t1*(1.0F - (t2*t2))*(1.0F + 0.134145F*x[i]*x[i]));
+        out[j] = t0_b*(1.0F + t2_b);
+        jvp_out[j] = tangent_x[j]*(0.5F + 0.5F*t2_b + t0_b*t1_b*(1.0F - (t2_b*t2_b))*(1.0F + 0.134145F*x[j]*x[j]));
     }
 }
 
@@ -1563,13 +1641,23 @@ static SG_NOINLINE void sg_rows_gelu_tanh__value_and_jacobian_f32(int64_t sg_lo,
                                                                   float *restrict out,
                                                                   float *restrict jacobian)
 {
+    /* two rows per iteration, i from the first half and j from the second (an odd count does its
+       middle row twice): their chains of math calls overlap in the CPU */
+    const int64_t sg_half = (sg_hi - sg_lo + 1)/2;
+    const int64_t sg_skip = sg_hi - sg_lo - sg_half;
     SG_SIMD
-    for (int64_t i = sg_lo; i < sg_hi; ++i) {
+    for (int64_t i = sg_lo; i < sg_lo + sg_half; ++i) {
+        const int64_t j = i + sg_skip;
         const float t0 = 0.5F*x[i];
+        const float t0_b = 0.5F*x[j];
         const float t1 = sqrtf(2.0F)/sqrtf(3.1415927F);
+        const float t1_b = sqrtf(2.0F)/sqrtf(3.1415927F);
         const float t2 = tanhf(t1*(x[i] + 0.044715F*x[i]*x[i]*x[i]));
+        const float t2_b = tanhf(t1_b*(x[j] + 0.044715F*x[j]*x[j]*x[j]));
         out[i] = t0*(1.0F + t2);  /* out = 0.5*x*(1 + tanh(sqrt(2)*(x + 0.044715*x**3)/sqrt(pi))) */
         jacobian[i] = 0.5F + 0.5F*t2 + t0*t1*(1.0F - (t2*t2))*(1.0F + 0.134145F*x[i]*x[i]);
+        out[j] = t0_b*(1.0F + t2_b);
+        jacobian[j] = 0.5F + 0.5F*t2_b + t0_b*t1_b*(1.0F - (t2_b*t2_b))*(1.0F + 0.134145F*x[j]*x[j]);
     }
 }
 
@@ -1797,15 +1885,27 @@ static SG_NOINLINE void sg_rows_polar__value_and_vjp_f32(int64_t sg_lo, int64_t 
                                                          float *restrict grad_r,
                                                          float *restrict grad_theta)
 {
+    /* two rows per iteration, i from the first half and j from the second (an odd count does its
+       middle row twice): their chains of math calls overlap in the CPU */
+    const int64_t sg_half = (sg_hi - sg_lo + 1)/2;
+    const int64_t sg_skip = sg_hi - sg_lo - sg_half;
     SG_SIMD
-    for (int64_t i = sg_lo; i < sg_hi; ++i) {
+    for (int64_t i = sg_lo; i < sg_lo + sg_half; ++i) {
+        const int64_t j = i + sg_skip;
         const float t0 = sg_cos_f32(theta[i]);
+        const float t0_b = sg_cos_f32(theta[j]);
         out0[i] = r[i]*t0;  /* out0 = r*cos(theta) */
+        out0[j] = r[j]*t0_b;
         const float t1 = sinf(theta[i]);
+        const float t1_b = sinf(theta[j]);
         const float t2 = r[i]*t1;
+        const float t2_b = r[j]*t1_b;
         out1[i] = t2;  /* out1 = r*sin(theta) */
         grad_r[i] = grad_out0[i]*t0 + grad_out1[i]*t1;  /* grad_r = d(out0, out1)/dr . grad */
         grad_theta[i] = -grad_out0[i]*t2 + grad_out1[i]*r[i]*t0;  /* grad_theta = d(out0, out1)/dtheta . grad */
+        out1[j] = t2_b;
+        grad_r[j] = grad_out0[j]*t0_b + grad_out1[j]*t1_b;
+        grad_theta[j] = -grad_out0[j]*t2_b + grad_out1[j]*r[j]*t0_b;
     }
 }
 
@@ -1836,10 +1936,17 @@ static SG_NOINLINE void sg_rows_polar__forward_f32(int64_t sg_lo, int64_t sg_hi,
                                                    float *restrict out0,
                                                    float *restrict out1)
 {
+    /* two rows per iteration, i from the first half and j from the second (an odd count does its
+       middle row twice): their chains of math calls overlap in the CPU */
+    const int64_t sg_half = (sg_hi - sg_lo + 1)/2;
+    const int64_t sg_skip = sg_hi - sg_lo - sg_half;
     SG_SIMD
-    for (int64_t i = sg_lo; i < sg_hi; ++i) {
+    for (int64_t i = sg_lo; i < sg_lo + sg_half; ++i) {
+        const int64_t j = i + sg_skip;
         out0[i] = r[i]*sg_cos_f32(theta[i]);  /* out0 = r*cos(theta) */
         out1[i] = r[i]*sinf(theta[i]);  /* out1 = r*sin(theta) */
+        out0[j] = r[j]*sg_cos_f32(theta[j]);
+        out1[j] = r[j]*sinf(theta[j]);
     }
 }
 
@@ -1868,12 +1975,21 @@ static SG_NOINLINE void sg_rows_polar__vjp_f32(int64_t sg_lo, int64_t sg_hi,
                                                float *restrict grad_r,
                                                float *restrict grad_theta)
 {
+    /* two rows per iteration, i from the first half and j from the second (an odd count does its
+       middle row twice): their chains of math calls overlap in the CPU */
+    const int64_t sg_half = (sg_hi - sg_lo + 1)/2;
+    const int64_t sg_skip = sg_hi - sg_lo - sg_half;
     SG_SIMD
-    for (int64_t i = sg_lo; i < sg_hi; ++i) {
+    for (int64_t i = sg_lo; i < sg_lo + sg_half; ++i) {
+        const int64_t j = i + sg_skip;
         const float t0 = sg_cos_f32(theta[i]);
+        const float t0_b = sg_cos_f32(theta[j]);
         const float t1 = sinf(theta[i]);
+        const float t1_b = sinf(theta[j]);
         grad_r[i] = grad_out0[i]*t0 + grad_out1[i]*t1;  /* grad_r = d(out0, out1)/dr . grad */
         grad_theta[i] = grad_out1[i]*r[i]*t0 - grad_out0[i]*r[i]*t1;  /* grad_theta = d(out0, out1)/dtheta . grad */
+        grad_r[j] = grad_out0[j]*t0_b + grad_out1[j]*t1_b;
+        grad_theta[j] = grad_out1[j]*r[j]*t0_b - grad_out0[j]*r[j]*t1_b;
     }
 }
 
@@ -1906,16 +2022,29 @@ static SG_NOINLINE void sg_rows_polar__jvp_f32(int64_t sg_lo, int64_t sg_hi,
                                                float *restrict jvp_out0,
                                                float *restrict jvp_out1)
 {
+    /* two rows per iteration, i from the first half and j from the second (an odd count does its
+       middle row twice): their chains of math calls overlap in the CPU */
+    const int64_t sg_half = (sg_hi - sg_lo + 1)/2;
+    const int64_t sg_skip = sg_hi - sg_lo - sg_half;
     SG_SIMD
-    for (int64_t i = sg_lo; i < sg_hi; ++i) {
+    for (int64_t i = sg_lo; i < sg_lo + sg_half; ++i) {
+        const int64_t j = i + sg_skip;
         const float t0 = sg_cos_f32(theta[i]);
+        const float t0_b = sg_cos_f32(theta[j]);
         const float t1 = r[i]*t0;
+        const float t1_b = r[j]*t0_b;
         out0[i] = t1;  /* out0 = r*cos(theta) */
+        out0[j] = t1_b;
         const float t2 = sinf(theta[i]);
+        const float t2_b = sinf(theta[j]);
         const float t3 = r[i]*t2;
+        const float t3_b = r[j]*t2_b;
         out1[i] = t3;  /* out1 = r*sin(theta) */
         jvp_out0[i] = t0*tangent_r[i] - t3*tangent_theta[i];
         jvp_out1[i] = t1*tangent_theta[i] + t2*tangent_r[i];
+        out1[j] = t3_b;
+        jvp_out0[j] = t0_b*tangent_r[j] - t3_b*tangent_theta[j];
+        jvp_out1[j] = t1_b*tangent_theta[j] + t2_b*tangent_r[j];
     }
 }
 
@@ -1947,18 +2076,33 @@ static SG_NOINLINE void sg_rows_polar__value_and_jacobian_f32(int64_t sg_lo, int
                                                               float *restrict out1,
                                                               float *restrict jacobian)
 {
+    /* two rows per iteration, i from the first half and j from the second (an odd count does its
+       middle row twice): their chains of math calls overlap in the CPU */
+    const int64_t sg_half = (sg_hi - sg_lo + 1)/2;
+    const int64_t sg_skip = sg_hi - sg_lo - sg_half;
     SG_SIMD
-    for (int64_t i = sg_lo; i < sg_hi; ++i) {
+    for (int64_t i = sg_lo; i < sg_lo + sg_half; ++i) {
+        const int64_t j = i + sg_skip;
         const float t0 = sg_cos_f32(theta[i]);
+        const float t0_b = sg_cos_f32(theta[j]);
         const float t1 = r[i]*t0;
+        const float t1_b = r[j]*t0_b;
         out0[i] = t1;  /* out0 = r*cos(theta) */
+        out0[j] = t1_b;
         const float t2 = sinf(theta[i]);
+        const float t2_b = sinf(theta[j]);
         const float t3 = r[i]*t2;
+        const float t3_b = r[j]*t2_b;
         out1[i] = t3;  /* out1 = r*sin(theta) */
         jacobian[i*4 + 0] = t0;
         jacobian[i*4 + 1] = -t3;
         jacobian[i*4 + 2] = t2;
         jacobian[i*4 + 3] = t1;
+        out1[j] = t3_b;
+        jacobian[j*4 + 0] = t0_b;
+        jacobian[j*4 + 1] = -t3_b;
+        jacobian[j*4 + 2] = t2_b;
+        jacobian[j*4 + 3] = t1_b;
     }
 }
 
