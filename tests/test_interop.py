@@ -24,6 +24,12 @@ def norm3(p: sg.Vector(3), s):
     return sg.sqrt(p[0]**2 + p[1]**2 + p[2]**2 + 1) * s
 
 
+@sg.function
+def scaled(x, y):
+    """One output returned as a 1-tuple."""
+    return (sg.sin(x) * y,)
+
+
 @pytest.fixture(scope="module")
 def m():
     """examples/model.py: neo_relu, softplus, blend (two inputs), gelu_tanh, polar (two outputs)."""
@@ -116,6 +122,10 @@ class TestTorch:
         assert torch.autograd.gradcheck(lambda a: g.function.apply(jac, a), (z,))
         with torch.no_grad():
             assert not op._use_jacobian([x, y])
+        t = self.op(scaled.compiled(), "function")
+        assert t._use_jacobian([x, y])
+        assert torch.autograd.gradcheck(lambda a, b: t.function.apply(jac, a, b), (x, y))
+        assert isinstance(t(x, y), tuple)
 
     @pytest.mark.parametrize("impl", IMPLS)
     def test_non_contiguous_inputs(self, m, impl):

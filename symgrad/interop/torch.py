@@ -470,19 +470,19 @@ def _make_autograd_function(op_name: str, n_args: int, n_out: int) -> type:
     def forward(ctx: Any, jac: bool, *tensors: torch.Tensor) -> Any:
         fn = _BOUND[op_name]
         arrays = [t.numpy(force=True) for t in tensors]     # views of the tensors' memory (see _np)
-        if jac:
+        if jac:                                           # one output (see _use_jacobian)
             results = fn._run_same_shape("value_and_jacobian", arrays)     # same shapes: straight to the kernel
             if results is None:
-                outs, jacobian = fn.value_and_jacobian(*arrays)     # J: batch + (n_out, n_args)
-                outs = outs if fn.returns_tuple else (outs,)
+                out, jacobian = fn.value_and_jacobian(*arrays)      # J: batch + (1, n_args)
+                out = out[0] if fn.returns_tuple else out
             else:
-                outs, jacobian = results[:-1], results[-1]
-            ctx.jac = [[torch.from_numpy(jacobian[..., j, i]) for i in range(n_args)] for j in range(n_out)]
+                out, jacobian = results
+            ctx.jac = [torch.from_numpy(jacobian[..., 0, i]) for i in range(n_args)]
             ctx.shapes = [t.shape for t in tensors]
-        else:
-            ctx.jac = None
-            ctx.save_for_backward(*tensors)               # the vjp needs the inputs only, never the outputs
-            outs = fn.forward(*arrays)
+            return _from_np(out)
+        ctx.jac = None
+        ctx.save_for_backward(*tensors)                   # the vjp needs the inputs only, never the outputs
+        outs = fn.forward(*arrays)
         if n_out == 1:
             return _from_np(outs[0])
         return tuple(_from_np(o) for o in outs)
@@ -491,7 +491,7 @@ def _make_autograd_function(op_name: str, n_args: int, n_out: int) -> type:
         needs = ctx.needs_input_grad
         jac = ctx.jac
         if jac is not None:
-            results = [_jacobian_grad(jac, grads, i, shape) if needs[i + 1] else None
+            results = [_jacobian_grad(jac[i], grads[0], shape) if needs[i + 1] else None
                        for i, shape in enumerate(ctx.shapes)]
             anchors: tuple = ()
         elif not any(needs):
@@ -515,16 +515,12 @@ def _make_autograd_function(op_name: str, n_args: int, n_out: int) -> type:
                 {"forward": staticmethod(forward), "backward": staticmethod(backward), "__module__": __name__})
 
 
-def _jacobian_grad(jac: list, grads: tuple, i: int, shape: torch.Size) -> torch.Tensor:
-    """sum_j grads[j] * J[j][i], summed back to the input's (broadcast) shape."""
-    acc = None
-    for j, g in enumerate(grads):
-        if g is not None:
-            term = g * jac[j][i]
-            acc = term if acc is None else acc + term
-    if acc is None:
-        return jac[0][i].new_zeros(shape)
-    return acc if acc.shape == shape else acc.sum_to_size(shape)
+def _jacobian_grad(column: torch.Tensor, grad: torch.Tensor | None, shape: torch.Size) -> torch.Tensor:
+    """grad * J[..., 0, i], summed back to the input's (broadcast) shape."""
+    if grad is None:
+        return column.new_zeros(shape)
+    term = grad * column
+    return term if term.shape == shape else term.sum_to_size(shape)
 
 
 class _FirstOrder(torch.autograd.Function):
