@@ -1,6 +1,7 @@
 """Where symgrad keeps compiled artifacts, and how it writes them without ever exposing half a file."""
 from __future__ import annotations
 
+import atexit
 import contextlib
 import errno
 import hashlib
@@ -37,6 +38,7 @@ def cache_root() -> Path:
 def _fall_back(root: Path, exc: OSError) -> Path:
     global _fallback
     _fallback = Path(tempfile.mkdtemp(prefix="symgrad-cache-"))
+    atexit.register(shutil.rmtree, _fallback, ignore_errors=True)     # it serves this process only
     warnings.warn(f"symgrad: cache directory {root} is not usable ({exc}); using {_fallback} for this "
                   "process. Set SYMGRAD_CACHE_DIR to a writable directory.", RuntimeWarning, stacklevel=3)
     return _fallback

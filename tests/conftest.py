@@ -1,12 +1,16 @@
 """Shared fixtures: an isolated cache directory and parametrisation over every available backend."""
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import tempfile
 
 import pytest
 
-os.environ.setdefault("SYMGRAD_CACHE_DIR", tempfile.mkdtemp(prefix="symgrad-test-cache-"))
+if "SYMGRAD_CACHE_DIR" not in os.environ:      # a fresh cache for this run, removed when it ends
+    os.environ["SYMGRAD_CACHE_DIR"] = tempfile.mkdtemp(prefix="symgrad-test-cache-")
+    atexit.register(shutil.rmtree, os.environ["SYMGRAD_CACHE_DIR"], ignore_errors=True)
 
 import symgrad as sg  # noqa: E402
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import multiprocessing
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -294,6 +295,8 @@ def test_cache_directory_that_is_a_file_falls_back(tmp_path):
     blocker.write_text("x")
     result = run_child(model, blocker / "cache", "numpy", PYTHONWARNINGS="always")
     assert result["stderr"].count("is not usable") == 1
+    used = Path(re.search(r"; using (\S+) for this process", result["stderr"])[1])
+    assert used.name.startswith("symgrad-cache-") and not used.exists()      # removed when the process ended
 
 
 FULL_DISK_CHILD = f"""
