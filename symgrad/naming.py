@@ -20,8 +20,8 @@ asin acos atan atan2 sinh cosh asinh acosh atanh log1p expm1 fmax fmin copysign 
 int64_t int32_t size_t ptrdiff_t uint64_t
 """.split())
 PY_RESERVED = frozenset(keyword.kwlist) | {"numpy", "math", "_sg", "None", "True", "False"}
-#: Names the emitters use for their own locals (loop index, count, strides, the NumPy kernels' dtype).
-GENERATED = frozenset({"i", "n", "k", "stride", "dtype"})
+#: Names the emitters use for their own locals (row indices, count, strides, the NumPy kernels' dtype).
+GENERATED = frozenset({"i", "j", "n", "k", "stride", "dtype"})
 RESERVED = C_RESERVED | PY_RESERVED | GENERATED
 
 

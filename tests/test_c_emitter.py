@@ -521,6 +521,25 @@ def test_arguments_named_like_the_loop_machinery(c_compiled):
 
 
 @symgrad.function
+def two_row_names(i, j, n, t0_b, sg_skip):
+    return sg.sin(sg.sin(i * j + t0_b) + n) * sg_skip
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_arguments_named_like_the_two_row_loop(c_compiled, dtype):
+    """A two-row loop's second row index j, its skip and its locals (t0 -> t0_b) do not clash with arguments
+    of those names."""
+    fn = c_compiled(two_row_names)
+    assert "sg_skip" in fn.source("c")
+    args = [np.linspace(-1, 1, 9, dtype=dtype) * (k + 1) for k in range(5)]
+    t = np.sin(args[0] * args[1] + args[3])
+    value, grads = fn.value_and_vjp(*args, np.ones(9, dtype))
+    tol = dict(rtol=1e-5, atol=1e-6) if dtype == "float32" else dict(rtol=1e-13)
+    np.testing.assert_allclose(value, np.sin(t + args[2]) * args[4], **tol)
+    np.testing.assert_allclose(grads[3], np.cos(t + args[2]) * np.cos(args[0] * args[1] + args[3]) * args[4], **tol)
+
+
+@symgrad.function
 def tanh_fn(x):
     return sg.tanh(x)
 
