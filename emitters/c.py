@@ -1,7 +1,8 @@
 """C target: one C99 translation unit per model, with one loop function per kernel, program and dtype.
 
 ``void {kernel}__{program}_{f64|f32}(int64_t n, const T *restrict in..., T *restrict out...)`` runs the
-program's straight-line body for ``i`` in ``[0, n)``. A scalar slot is one array of ``n`` values
+program's straight-line body for ``i`` in ``[0, n)`` (a latency-bound body for two rows ``i`` and ``j`` at a
+time, see ``TWO_ROWS_DEPTH``). A scalar slot is one array of ``n`` values
 (``x[i]``); a per-element vector or matrix slot is ``n`` contiguous rows (``p[i*3 + k]``).
 
 float32 kernels are true float32: ``expf``, ``F`` literals, ``float`` temporaries, no double macro
@@ -266,7 +267,10 @@ def _comment(text: str) -> str:
 
 
 def _is_call(node: sympy.Basic) -> bool:
-    """Whether ``node`` prints as a call of a math function (sin, exp, a helper that calls log, ...)."""
+    """Whether ``node`` prints as a call of a math function (sin, exp, a helper that calls log, pow, ...)."""
+    if isinstance(node, sympy.Pow):         # integer and half powers print as products and sqrt
+        e = node.exp
+        return not (e.is_number and e.is_extended_real and float(2 * e).is_integer())
     return isinstance(node, sympy.Function) and type(node).__name__ not in _INLINE_FUNCTIONS
 
 
@@ -295,6 +299,7 @@ def _two_rows(program: Program, dtype: DType) -> bool:
     """Whether the loop does two rows per iteration (see ``TWO_ROWS_DEPTH``)."""
     depth = _call_depth(program)
     return depth >= TWO_ROWS_DEPTH[dtype.suffix] and 4 * CALL_COST * depth >= _row_cost(program)
+
 
 def _parallel_min_rows(program: Program, dtype: DType) -> int:
     """Rows from which a loop runs on all OpenMP threads (see ``PARALLEL_WORK``)."""

@@ -35,10 +35,16 @@ def cache_root() -> Path:
         return _fall_back(root, exc)
 
 
+def _remove_at_exit(path: Path, owner: int) -> None:
+    """Remove ``path`` when the process that made it exits (not a forked child, which inherits the hook)."""
+    if os.getpid() == owner:
+        shutil.rmtree(path, ignore_errors=True)
+
+
 def _fall_back(root: Path, exc: OSError) -> Path:
     global _fallback
     _fallback = Path(tempfile.mkdtemp(prefix="symgrad-cache-"))
-    atexit.register(shutil.rmtree, _fallback, ignore_errors=True)     # it serves this process only
+    atexit.register(_remove_at_exit, _fallback, os.getpid())          # it serves this process only
     warnings.warn(f"symgrad: cache directory {root} is not usable ({exc}); using {_fallback} for this "
                   "process. Set SYMGRAD_CACHE_DIR to a writable directory.", RuntimeWarning, stacklevel=3)
     return _fallback

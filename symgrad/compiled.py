@@ -6,7 +6,6 @@ calls the active backend's kernel and sums gradients of broadcast arguments back
 """
 from __future__ import annotations
 
-import math
 import numbers
 import sys
 from pathlib import Path
@@ -330,11 +329,11 @@ class CompiledFunction:
         results = self._kernel("value_and_jacobian", dtype)(tuple(arrays), batch, buffers)
         return self._package_outputs(results[:-1]), results[-1]
 
-    def _run_same_shape(self, program: str, arrays: Sequence, limit: float = math.inf) -> tuple | None:
+    def _run_same_shape(self, program: str, arrays: Sequence) -> tuple | None:
         """The (fresh) results of ``program`` when ``arrays`` are this function's arguments as same-shape float
-        arrays of one dtype (or numbers) of at most ``limit`` elements, else None: symgrad's own hot paths
-        (the tape's primitives, the optimizers, the PyTorch op), without the public entries' layers. Only
-        for per-element scalar slots, uniform arguments given as numbers."""
+        arrays of one dtype (or numbers), else None: symgrad's own hot paths (the optimizers, the PyTorch op),
+        without the public entries' layers. Only for per-element scalar slots, uniform arguments given as
+        numbers."""
         if not self._scalar_slots or len(arrays) != len(self.arg_names):
             return None
         for k in self._uniform_at:       # a uniform argument must be a number here (an array: the checks' error)
@@ -343,13 +342,7 @@ class CompiledFunction:
         same = _same_shape_floats(arrays)
         if same is None:
             return None
-        shape = same[2]
-        n = 1
-        for d in shape:
-            n *= d
-        if n > limit:
-            return None
-        return self._kernel(program, same[1])(arrays, shape)
+        return self._kernel(program, same[1])(arrays, same[2])
 
     def jacobian(self, *args: Any) -> np.ndarray:
         """The dense per-row Jacobian blocks; see ``value_and_jacobian`` for the layout."""

@@ -8,9 +8,14 @@ import tempfile
 
 import pytest
 
+def _remove_run_cache(path: str, owner: int) -> None:
+    if os.getpid() == owner:                   # not a forked child that exits normally
+        shutil.rmtree(path, ignore_errors=True)
+
+
 if "SYMGRAD_CACHE_DIR" not in os.environ:      # a fresh cache for this run, removed when it ends
     os.environ["SYMGRAD_CACHE_DIR"] = tempfile.mkdtemp(prefix="symgrad-test-cache-")
-    atexit.register(shutil.rmtree, os.environ["SYMGRAD_CACHE_DIR"], ignore_errors=True)
+    atexit.register(_remove_run_cache, os.environ["SYMGRAD_CACHE_DIR"], os.getpid())
 
 import symgrad as sg  # noqa: E402
 

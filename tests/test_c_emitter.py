@@ -522,21 +522,53 @@ def test_arguments_named_like_the_loop_machinery(c_compiled):
 
 @symgrad.function
 def two_row_names(i, j, n, t0_b, sg_skip):
-    return sg.sin(sg.sin(i * j + t0_b) + n) * sg_skip
+    return sg.sin(sg.sin(sg.sin(i * j + t0_b) + n)) * sg_skip
+
+
+@symgrad.function(uniform=("rate",))
+def two_row_vector(p: fe.Vector(3), rate):
+    return [sg.sin(sg.sin(p[0] * rate) * p[1]), sg.exp(p[2] * rate) * p[0]]
 
 
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
 def test_arguments_named_like_the_two_row_loop(c_compiled, dtype):
     """A two-row loop's second row index j, its skip and its locals (t0 -> t0_b) do not clash with arguments
-    of those names."""
+    of those names (three nested calls: two rows in float64 too)."""
     fn = c_compiled(two_row_names)
-    assert "sg_skip" in fn.source("c")
+    suffix = "f32" if dtype == "float32" else "f64"
+    assert "sg_skip" in fn.source("c").split(f"sg_rows_two_row_names__value_and_vjp_{suffix}(", 1)[1].split("}")[0]
     args = [np.linspace(-1, 1, 9, dtype=dtype) * (k + 1) for k in range(5)]
-    t = np.sin(args[0] * args[1] + args[3])
+    u = args[0] * args[1] + args[3]
+    t = np.sin(np.sin(u) + args[2])
     value, grads = fn.value_and_vjp(*args, np.ones(9, dtype))
     tol = dict(rtol=1e-5, atol=1e-6) if dtype == "float32" else dict(rtol=1e-13)
-    np.testing.assert_allclose(value, np.sin(t + args[2]) * args[4], **tol)
-    np.testing.assert_allclose(grads[3], np.cos(t + args[2]) * np.cos(args[0] * args[1] + args[3]) * args[4], **tol)
+    np.testing.assert_allclose(value, np.sin(t) * args[4], **tol)
+    np.testing.assert_allclose(grads[2], np.cos(t) * np.cos(np.sin(u) + args[2]) * args[4], **tol)
+    np.testing.assert_allclose(grads[3], grads[2] * np.cos(u), **tol)
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_two_row_loops_with_vector_rows_and_a_uniform(c_compiled, dtype):
+    """Two rows of a Vector(3) argument (their loads grouped per row) and a number passed by value."""
+    fn = c_compiled(two_row_vector)
+    f32 = fn.source("c").split("sg_rows_two_row_vector__value_and_vjp_f32(", 1)[1].split("}")[0]
+    assert "sg_skip" in f32 and "p[j*3 + 0]" in f32
+    rng = np.random.default_rng(4)
+    for n in (1, 2, 7, 64, 101):
+        p, g = rng.normal(size=(n, 3)).astype(dtype), rng.normal(size=(n, 2)).astype(dtype)
+        rate = 0.7
+        value, (gp, grate) = fn.value_and_vjp(p, rate, g)
+        s = np.sin(p[:, 0] * rate)
+        e = np.exp(p[:, 2] * rate)
+        want = np.stack([np.sin(s * p[:, 1]), e * p[:, 0]], -1)
+        c1 = np.cos(s * p[:, 1]) * g[:, 0]
+        want_gp = np.stack([c1 * p[:, 1] * np.cos(p[:, 0] * rate) * rate + e * g[:, 1], c1 * s,
+                            e * p[:, 0] * rate * g[:, 1]], -1)
+        want_rate = np.sum(c1 * p[:, 1] * np.cos(p[:, 0] * rate) * p[:, 0] + e * p[:, 0] * p[:, 2] * g[:, 1])
+        tol = dict(rtol=2e-5, atol=2e-5) if dtype == "float32" else dict(rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(value, want, **tol)
+        np.testing.assert_allclose(gp, want_gp, **tol)
+        np.testing.assert_allclose(grate, want_rate, **tol)
 
 
 @symgrad.function

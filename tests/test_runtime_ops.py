@@ -105,6 +105,25 @@ def test_jacobian_nodes_take_arrays_constant_tensors_and_parameters():
         w * "a"
 
 
+@sg.function
+def sin_times(x, y):
+    return sg.sin(x) * y
+
+
+def test_a_wrong_argument_count_is_an_error_that_changes_nothing(backend):
+    """A tensor that requires grad takes the tape's fast path: it must still count the arguments."""
+    from symgrad.errors import ArgumentError
+    blend = sin_times.compiled()
+    assert blend.jacobian_saving
+    x = sg.tensor(np.linspace(0.5, 2, 6), requires_grad=True)
+    z = np.zeros(6)
+    with pytest.raises(ArgumentError, match=r"takes 2 argument\(s\) \(x, y\); got 1"):
+        blend(x)
+    with pytest.raises(ArgumentError, match=r"takes 2 argument\(s\) \(x, y\); got 3"):
+        blend(x, x, z)
+    assert not z.any() and x.grad is None
+
+
 def test_repeated_python_numbers_keep_their_values(backend):
     """The C backend fills a repeated number out to the batch once and reuses it: 0.0 and -0.0, 1 and 1.0,
     NaN and the dtype must still each give their own result, and the shared fill must stay unchanged."""

@@ -97,6 +97,8 @@ def _direct_run(call, address: int, dtype: np.dtype, in_shapes: list[tuple], out
     small = pool.POOL_MIN // dtype.itemsize // max([1, *(prod(t) for t in outs)])
 
     def run(inputs: tuple, batch: tuple, out: tuple | None = None) -> tuple:
+        if len(inputs) != n_in:         # the kernel would read or write past the pointers it is given
+            raise TypeError(f"kernel takes {n_in} inputs, got {len(inputs)}")
         n = 1
         for d in batch:
             n *= d
@@ -149,6 +151,8 @@ def _make_run(fn, ffi, dtype: np.dtype, in_shapes: list[tuple], out_shapes: list
     outs = tuple(out_shapes)
 
     def run(inputs: tuple, batch: tuple, out: tuple | None = None) -> tuple:
+        if len(inputs) != len(ins):
+            raise TypeError(f"kernel takes {len(ins)} inputs, got {len(inputs)}")
         args = [prod(batch)]
         for a, tail in zip(inputs, ins):
             if tail is None:             # uniform: one number, by value (the boundary checked it is one)

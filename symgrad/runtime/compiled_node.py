@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from ..compiled import _FLOATS
 from ..errors import ArgumentError
 from .autograd import Node, mode
 from .tensor import Tensor, _result
@@ -25,7 +26,6 @@ from .tensor import Tensor, _result
 _names: dict[Any, str] = {}
 #: Largest input (elements) for which a node saves the local Jacobian instead of the inputs (see the docstring).
 JACOBIAN_MAX = 1 << 16
-_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 
 
 def _node_name(fn: Any) -> str:
@@ -76,7 +76,10 @@ def apply_compiled(fn: Any, args: tuple) -> Tensor | tuple[Tensor, ...]:
 def _jacobian_node(fn: Any, args: tuple) -> Tensor | None:
     """The Jacobian-saving node (see the module docstring) when ``args`` are same-shape float arrays or
     tensors of one dtype, at most ``JACOBIAN_MAX`` elements, and numbers, one of them a tensor that requires
-    grad; else None. The tape's hot path: one pass over the arguments, then the kernel."""
+    grad; else None. The tape's hot path: one pass over the arguments, then the kernel. (A function with a
+    ``uniform`` argument records the vjp node instead; a wrong argument count gets ``forward``'s error.)"""
+    if len(args) != len(fn.arg_names):
+        return None
     arrays = []
     inputs = []
     first = None
@@ -107,8 +110,8 @@ def _jacobian_node(fn: Any, args: tuple) -> Tensor | None:
         return None
     out, jacobian = fn._kernel("value_and_jacobian", first.dtype)(arrays, first.shape)   # J: batch + (1, n)
     columns = tuple([None if inp is None else jacobian[..., 0, k] for k, inp in enumerate(inputs)])
-    name = _names.get(fn) or _node_name(fn)
-    return _result(out, Node(_jacobian_backward, tuple(inputs), columns, fn, name, ((out.shape, out.dtype),)), 0)
+    node = Node(_jacobian_backward, tuple(inputs), columns, fn, _node_name(fn), ((out.shape, out.dtype),))
+    return _result(out, node, 0)
 
 
 def _jacobian_backward(node: Node, grads: list, graph: bool) -> tuple:
