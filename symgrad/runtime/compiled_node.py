@@ -37,10 +37,6 @@ def _node_name(fn: Any) -> str:
 
 def apply_compiled(fn: Any, args: tuple) -> Tensor | tuple[Tensor, ...]:
     """Run compiled ``fn`` on tensors and numbers; record one node when grad mode is on and an input needs it."""
-    if fn.jacobian_saving and mode.enabled:
-        result = _jacobian_node(fn, args)
-        if result is not None:
-            return result
     arrays = []
     inputs = []
     need = False
@@ -55,6 +51,10 @@ def apply_compiled(fn: Any, args: tuple) -> Tensor | tuple[Tensor, ...]:
             arrays.append(a)
         inputs.append(None)
     record = need and mode.enabled
+    if record and fn.jacobian_saving:
+        result = _jacobian_node(fn, arrays, inputs)
+        if result is not None:
+            return result
     try:
         outs = fn.forward(*arrays)
     except (ArgumentError, ValueError):
@@ -73,40 +73,24 @@ def apply_compiled(fn: Any, args: tuple) -> Tensor | tuple[Tensor, ...]:
     return tuple([_result(o, node, i) for i, o in enumerate(outs)])
 
 
-def _jacobian_node(fn: Any, args: tuple) -> Tensor | None:
-    """The Jacobian-saving node (see the module docstring) when ``args`` are same-shape float arrays or
-    tensors of one dtype, at most ``JACOBIAN_MAX`` elements, and numbers, one of them a tensor that requires
-    grad; else None. The tape's hot path: one pass over the arguments, then the kernel. (A function with a
-    ``uniform`` argument records the vjp node instead; a wrong argument count gets ``forward``'s error.)"""
-    if len(args) != len(fn.arg_names):
+def _jacobian_node(fn: Any, arrays: list, inputs: list) -> Tensor | None:
+    """The Jacobian-saving node (see the module docstring) when ``arrays`` are same-shape float arrays of one
+    dtype, at most ``JACOBIAN_MAX`` elements, and numbers; else None (a function with a ``uniform`` argument
+    records the vjp node, and a wrong argument count gets ``forward``'s error). The tape's hot path: the
+    kernel straight after the argument pass."""
+    if len(arrays) != len(fn.arg_names) or fn._uniform_at:
         return None
-    arrays = []
-    inputs = []
     first = None
-    need = False
-    for a in args:
-        if isinstance(a, Tensor):
-            data = a.data
-            if a._rg:
-                need = True
-                inputs.append(a)
-            else:
-                inputs.append(None)
-        elif type(a) is float or type(a) is int:
-            arrays.append(a)
-            inputs.append(None)
-            continue
-        elif type(a) is np.ndarray:
-            data = a
-            inputs.append(None)
-        else:
+    for a in arrays:
+        kind = type(a)
+        if kind is np.ndarray:
+            if first is None:
+                first = a
+            elif a.dtype is not first.dtype or a.shape != first.shape:
+                return None
+        elif kind is not float and kind is not int:
             return None
-        if first is None:
-            first = data
-        elif data.dtype is not first.dtype or data.shape != first.shape:
-            return None
-        arrays.append(data)
-    if not need or first.dtype not in _FLOATS or first.size > JACOBIAN_MAX or fn._uniform_at:
+    if first.dtype not in _FLOATS or first.size > JACOBIAN_MAX:    # (a tensor requires grad: first is set)
         return None
     out, jacobian = fn._kernel("value_and_jacobian", first.dtype)(arrays, first.shape)   # J: batch + (1, n)
     columns = tuple([None if inp is None else jacobian[..., 0, k] for k, inp in enumerate(inputs)])
