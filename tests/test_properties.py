@@ -75,9 +75,21 @@ class D:
 
     __slots__ = ("v", "d", "a")
 
-    def __init__(self, v, d, a=None):
+    def __init__(self, v, d, a=None, exact: bool = False):
+        if _PERTURB is not None and not exact:       # see _sensitivities: one operation's result, perturbed
+            k = _PERTURB[3]
+            _PERTURB[3] += 1
+            if k == _PERTURB[0]:
+                if _PERTURB[1] == "v":
+                    v = v * (1 + _PERTURB[2])
+                else:
+                    d = tuple(x * (1 + _PERTURB[2]) for x in d)
         self.v, self.d = v, d
         self.a = tuple(abs(x) for x in d) if a is None else a
+
+
+#: while _sensitivities runs: [index of the operation result to perturb, "v" or "d", relative h, results seen]
+_PERTURB: list | None = None
 
 
 class Singular(Exception):
@@ -98,8 +110,14 @@ def _val(v):
     return v
 
 
-def un(u: D, f: Callable, df: Callable) -> D:
+def un(u: D, f: Callable, df: Callable, of_value: bool = False) -> D:
+    """f(u) and its chain rule; ``of_value``: ``df`` takes f's value, as the targets compute it (tanh' as
+    1 - tanh**2), so that a rounding error in the value reaches the derivative in the error estimate."""
     v = _val(f(u.v))
+    if of_value:
+        r = D(v, u.d, u.a)                  # this operation's result (perturbed here by _sensitivities)
+        s = df(r.v)
+        return D(r.v, tuple(_chk(s * du) for du in r.d), tuple(abs(s) * m for m in u.a), exact=True)
     s = df(u.v)
     return D(v, tuple(_chk(s * du) for du in u.d), tuple(abs(s) * m for m in u.a))
 
@@ -345,7 +363,7 @@ OPS: dict[str, Op] = {
     "sin": Op(1, sg.sin, "sg.sin({0})", lambda c, a: un(a, mp.sin, mp.cos)),
     "cos": Op(1, sg.cos, "sg.cos({0})", lambda c, a: un(a, mp.cos, lambda x: -mp.sin(x))),
     "tan": Op(1, sg.tan, "sg.tan({0})", lambda c, a: _tan(a, c)),
-    "tanh": Op(1, sg.tanh, "sg.tanh({0})", lambda c, a: un(a, mp.tanh, lambda x: 1 - mp.tanh(x)**2)),
+    "tanh": Op(1, sg.tanh, "sg.tanh({0})", lambda c, a: un(a, mp.tanh, lambda t: 1 - t * t, of_value=True)),
     "sinh": Op(1, sg.sinh, "sg.sinh({0})", lambda c, a: un(a, mp.sinh, mp.cosh)),
     "cosh": Op(1, sg.cosh, "sg.cosh({0})", lambda c, a: un(a, mp.cosh, mp.sinh)),
     "atan": Op(1, sg.atan, "sg.atan({0})", lambda c, a: un(a, mp.atan, lambda x: 1 / (1 + x * x))),
@@ -452,7 +470,7 @@ def evaluate(tree, point, prec: int) -> tuple[D, Ctx]:
         kind = t[0]
         if kind == "var":
             i = t[1]
-            r = D(point[i], tuple(mp.mpf(int(j == i)) for j in range(n)))
+            r = D(point[i], tuple(mp.mpf(int(j == i)) for j in range(n)), exact=True)   # inputs are exact
         elif kind == "const":
             r = const(_const_value(t[1]), n)
         else:
@@ -528,6 +546,7 @@ def reference(tree, point: tuple[float, ...]) -> Reference | None:
     if any(abs(v) > MAX_NODE for v in ctx.values) or any(abs(g) > MAX_GRAD for g in hi.d):
         return None
     ref = Reference(point, float(hi.v), tuple(float(g) for g in hi.d))
+    sens_v, sens_g = _sensitivities(tree, mpt, hi)
     for dtype, bits in DTYPE_BITS.items():
         err_v, err_g, err_m, ok = 0.0, [0.0] * len(point), [0.0] * len(ctx.margins), True
         for prec in (bits, bits - 2):
@@ -545,10 +564,40 @@ def reference(tree, point: tuple[float, ...]) -> Reference | None:
         if ok:
             ok = all(abs(q) > MARGIN_FACTOR * e + 16 * EPS[dtype] for q, e in zip(ctx.margins, err_m))
         ref.robust[dtype] = ok
-        ref.err_value[dtype] = err_v
-        # floor: the gradient's terms (its magnitude over all paths) each carry a rounding error
-        ref.err_grad[dtype] = tuple(max(e, 2 * EPS[dtype] * float(m)) for e, m in zip(err_g, hi.a))
+        # floors: half an ulp of error at every node, propagated to the result (a sampled rounding can be
+        # lucky: libm's errors are not), and for gradients their terms' magnitude over all paths
+        ref.err_value[dtype] = max(err_v, sens_v * EPS[dtype] / 2)
+        ref.err_grad[dtype] = tuple(max(e, s * EPS[dtype] / 2, 2 * EPS[dtype] * float(m))
+                                    for e, s, m in zip(err_g, sens_g, hi.a))
     return ref
+
+
+PERTURB = mp.mpf(2) ** -80        # relative: far below float64's rounding, far above HI_PREC's
+
+
+def _sensitivities(tree, point: tuple, hi: D) -> tuple[float, list[float]]:
+    """How much a relative error of 1 in each operation's result (its value, and separately its gradient)
+    moves the value and each gradient entry, summed over the operations: the evaluation's first-order
+    condition, to which libm's few ulp per call contribute (a sampled rounding, at one precision, can be
+    lucky and miss it)."""
+    global _PERTURB
+    sens_v, sens_g = mp.mpf(0), [mp.mpf(0)] * len(point)
+    try:
+        _PERTURB = [-1, "v", PERTURB, 0]          # counts the operations' results, perturbs none
+        evaluate(tree, point, HI_PREC)
+        for k in range(_PERTURB[3]):
+            for part in ("v", "d"):
+                _PERTURB = [k, part, PERTURB, 0]
+                try:
+                    p, _ = evaluate(tree, point, HI_PREC)
+                except Singular:                  # the perturbation left the domain: no first-order estimate
+                    continue
+                with mp.workprec(HI_PREC):
+                    sens_v += abs(p.v - hi.v) / PERTURB
+                    sens_g = [s + abs(a - b) / PERTURB for s, a, b in zip(sens_g, p.d, hi.d)]
+    finally:
+        _PERTURB = None
+    return float(sens_v), [float(s) for s in sens_g]
 
 
 def tolerance(want: float, err: float, dtype: str) -> float:
