@@ -17,6 +17,7 @@ import sympy
 from sympy import Eq, Piecewise, Pow, Symbol
 
 from .display import formula
+from .piecewise import PiecewiseOperand, branches
 from .primitives import SHARED_CORE
 from .rules import apply_subgradients, check_supported
 
@@ -51,22 +52,26 @@ def hoist_operands(assigns: Assignments, results: list[sympy.Expr], names) -> tu
       ``Eq(a, b)``; ``logaddexp``, ``softplus``); an operand that is a Piecewise would make SymPy fold it
       into the condition (exponential in the number of branches, through ``simplify_logic`` and inequality
       solving: ``logsumexp(sin(x), cos(x), x)`` took 15 s to lower).
+    - A Piecewise that the model compares (``where(clamp(x, -1, 1) > y, ...)``) arrives held as a
+      ``PiecewiseOperand`` (see ``symgrad.piecewise``); it becomes a Piecewise temporary of its own here.
     - ``diff(Abs(u))`` is ``sign(u)*du`` only when SymPy can prove ``u`` real; for ``Abs(atanh(t))`` or
       ``Abs(log(t))`` it returns ``re``/``im``/``atan2`` forms that are unprintable or wasteful."""
     out: Assignments = []
-    branching = (Piecewise, sympy.Abs, *SHARED_CORE)
+    branching = (Piecewise, PiecewiseOperand, sympy.Abs, *SHARED_CORE)
+    bound: dict[sympy.Basic, Symbol] = {}     # value -> its temporary (a compared Piecewise is also a value)
 
     def bind(value: sympy.Expr) -> Symbol:
-        sym = next(names)
-        out.append((sym, value))
-        return sym
+        if value not in bound:
+            bound[value] = next(names)
+            out.append((bound[value], value))
+        return bound[value]
 
     def hoist(e: sympy.Basic, top: bool) -> sympy.Basic:
         if e.is_Atom or not e.has(*branching):
             return e
-        if isinstance(e, Piecewise):
-            return Piecewise(*[(hoist(v, False), c) for v, c in e.args]) if top else \
-                bind(Piecewise(*[(hoist(v, False), c) for v, c in e.args]))
+        if isinstance(e, (Piecewise, PiecewiseOperand)):
+            new = Piecewise(*[(hoist(v, False), hoist(c, False)) for v, c in branches(e)])
+            return new if top else bind(new)
         args = [hoist(a, False) for a in e.args]
         if isinstance(e, sympy.Abs) and not args[0].is_Atom:
             args[0] = bind(args[0])
@@ -76,6 +81,7 @@ def hoist_operands(assigns: Assignments, results: list[sympy.Expr], names) -> tu
     for sym, expr in assigns:
         expr = hoist(expr, True)
         out.append((sym, expr))
+        bound.setdefault(expr, sym)
     reduced = [hoist(r, True) for r in results]
     return out, reduced
 

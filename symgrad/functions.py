@@ -12,6 +12,7 @@ from sympy import E as e  # noqa: N811  (Euler's number, as in numpy.e)
 from sympy.logic.boolalg import And, Not, Or
 
 from .errors import ModelError
+from .piecewise import piecewise
 from .primitives import expm1, log1p, logaddexp, logsigmoid, maximum, minimum, sigmoid, softplus, xlogy
 
 abs = Abs  # noqa: A001  (sg.abs like numpy.abs / torch.abs)
@@ -24,7 +25,7 @@ def where(condition, x, y) -> sympy.Expr:
             f"sg.where: the condition is the Python bool {condition}, not a symbolic comparison. "
             "`x != y` and `x == y` on SymPy symbols compare the expressions themselves; "
             "use sg.Ne(x, y) / sg.Eq(x, y).")
-    return Piecewise((sympy.sympify(x), condition), (sympy.sympify(y), True))
+    return piecewise((x, condition), (y, True))
 
 
 def relu(x) -> sympy.Expr:
@@ -34,7 +35,7 @@ def relu(x) -> sympy.Expr:
 
 def clamp(x, lo, hi) -> sympy.Expr:
     """Clip ``x`` to [lo, hi]; gradient 1 at the boundaries, as ``torch.clamp``."""
-    return Piecewise((lo, x < lo), (hi, x > hi), (x, True))
+    return piecewise((lo, x < lo), (hi, x > hi), (x, True))
 
 
 def logsumexp(*args) -> sympy.Expr:

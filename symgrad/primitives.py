@@ -8,8 +8,10 @@ overflow-free; afterwards the lowering writes those of the exp(-|u|) family out 
 from __future__ import annotations
 
 import sympy
-from sympy import Eq, Piecewise, S
+from sympy import Eq, S
 from sympy.codegen.cfunctions import expm1, log1p
+
+from .piecewise import piecewise
 
 __all__ = ["sigmoid", "softplus", "logsigmoid", "logaddexp", "xlogy", "maximum", "minimum", "log1p", "expm1"]
 
@@ -57,7 +59,7 @@ class sigmoid(_Primitive):
     def _stable(self):
         x = self.args[0]
         e = _core(x)
-        return Piecewise((S.One, x >= 0), (e, True)) / (1 + e)
+        return piecewise((S.One, x >= 0), (e, True)) / (1 + e)
 
     def _eval_rewrite_as_exp(self, x, **kwargs):
         return 1 / (1 + sympy.exp(-x))
@@ -83,7 +85,7 @@ class softplus(_Primitive):
 
     def _stable(self):
         x = self.args[0]
-        return Piecewise((x, x > 0), (S.Zero, True)) + log1p(_core(x))
+        return piecewise((x, x > 0), (S.Zero, True)) + log1p(_core(x))
 
     def _eval_rewrite_as_log(self, x, **kwargs):
         return sympy.log(1 + sympy.exp(x))
@@ -102,7 +104,7 @@ class logsigmoid(_Primitive):
 
     def _stable(self):
         x = self.args[0]
-        return Piecewise((x, x < 0), (S.Zero, True)) - log1p(_core(x))
+        return piecewise((x, x < 0), (S.Zero, True)) - log1p(_core(x))
 
     def _eval_rewrite_as_log(self, x, **kwargs):
         return -sympy.log(1 + sympy.exp(-x))
@@ -118,7 +120,7 @@ class logaddexp(_Primitive):
 
     def fdiff(self, argindex=1):
         a, b = self.args if argindex == 1 else self.args[::-1]
-        return Piecewise((S.Half, Eq(a, b)), (sigmoid(a - b), True))
+        return piecewise((S.Half, Eq(a, b)), (sigmoid(a - b), True))
 
     def _elementary(self):
         a, b = self.args
@@ -126,8 +128,8 @@ class logaddexp(_Primitive):
 
     def _stable(self):
         a, b = self.args
-        return Piecewise((a + sympy.log(2), Eq(a, b)),
-                         (Piecewise((a, a > b), (b, True)) + log1p(_core(a - b)), True))
+        return piecewise((a + sympy.log(2), Eq(a, b)),
+                         (piecewise((a, a > b), (b, True)) + log1p(_core(a - b)), True))
 
     def _eval_rewrite_as_log(self, a, b, **kwargs):
         return sympy.log(sympy.exp(a) + sympy.exp(b))
@@ -141,8 +143,8 @@ class xlogy(_Primitive):
     def fdiff(self, argindex=1):
         x, y = self.args
         if argindex == 1:
-            return Piecewise((S.Zero, Eq(x, 0)), (sympy.log(y), True))
-        return Piecewise((S.Zero, Eq(x, 0)), (x / y, True))
+            return piecewise((S.Zero, Eq(x, 0)), (sympy.log(y), True))
+        return piecewise((S.Zero, Eq(x, 0)), (x / y, True))
 
     @classmethod
     def eval(cls, x, y):
@@ -151,15 +153,15 @@ class xlogy(_Primitive):
 
     def _elementary(self):
         x, y = self.args
-        return Piecewise((S.Zero, Eq(x, 0)), (x * sympy.log(y), True))
+        return piecewise((S.Zero, Eq(x, 0)), (x * sympy.log(y), True))
 
 
 def _kink_derivative(a: sympy.Expr, b: sympy.Expr, wins: sympy.Expr) -> sympy.Expr:
     """Derivative of max/min(a, b) in a: 1 where a wins, 0 where it loses; at a tie 0 against a constant
     (relu'(0) = 0, relu6'(6) = 0) and 1/2 against another input (torch.maximum splits ties)."""
     if b.is_number:
-        return Piecewise((S.One, wins), (S.Zero, True))
-    return Piecewise((S.One, wins), (S.Half, Eq(a, b)), (S.Zero, True))
+        return piecewise((S.One, wins), (S.Zero, True))
+    return piecewise((S.One, wins), (S.Half, Eq(a, b)), (S.Zero, True))
 
 
 class maximum(_Primitive):

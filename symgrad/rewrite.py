@@ -6,6 +6,9 @@ Two families:
 - *stability*: ``log(1 + exp(u))`` and ``log1p(exp(u))``, ``1/(1 + exp(-u))``, ``log(exp(a) + exp(b))``, ``log(1 + u)``, ``exp(u) - 1``
   become the primitives ``softplus``, ``sigmoid``, ``logaddexp``, ``log1p``, ``expm1`` whose printed forms never
   overflow (see ``symgrad.primitives``).
+
+and ``hold-compared-piecewise``, which keeps a Piecewise that those rules make inside a condition from being
+folded into it (see ``symgrad.piecewise``).
 """
 from __future__ import annotations
 
@@ -13,7 +16,9 @@ from typing import Callable
 
 import sympy
 from sympy import Add, Eq, Heaviside, Max, Min, Mul, Piecewise, Pow, S, bottom_up, exp, log
+from sympy.logic.boolalg import Boolean
 
+from .piecewise import operands, piecewise
 from .primitives import expm1, log1p, logaddexp, logsigmoid, maximum, minimum, sigmoid, softplus
 
 Rule = Callable[[sympy.Expr], "sympy.Expr | None"]
@@ -35,7 +40,7 @@ def rewrite_heaviside(e: sympy.Expr) -> sympy.Expr | None:
     if isinstance(e, Heaviside):
         a = e.args[0]
         h = e.args[1] if len(e.args) > 1 else S.Half
-        return Piecewise((S.Zero, a < 0), (h, Eq(a, 0)), (S.One, True))
+        return piecewise((S.Zero, a < 0), (h, Eq(a, 0)), (S.One, True))
     return None
 
 
@@ -98,8 +103,17 @@ def rewrite_expm1(e: sympy.Expr) -> sympy.Expr | None:
     return None
 
 
+def hold_compared_piecewise(e: sympy.Basic) -> sympy.Basic | None:
+    """A condition that compares a Piecewise (one a rule above made, as from ``Heaviside``) holds it as an
+    operand, before SymPy folds it into the condition (see ``symgrad.piecewise``)."""
+    if isinstance(e, Boolean) and not isinstance(e, sympy.Expr) and e.has(Piecewise):
+        return operands(e)
+    return None
+
+
 #: The rules, applied bottom-up in this order at every node.
 RULES: tuple[tuple[str, Rule], ...] = (
+    ("hold-compared-piecewise", hold_compared_piecewise),
     ("max-min-piecewise", rewrite_max_min),
     ("heaviside-piecewise", rewrite_heaviside),
     ("stable-log", rewrite_log),

@@ -27,6 +27,7 @@ from sympy.logic.boolalg import BooleanFalse, BooleanTrue, ITE
 
 from .display import formula
 from .errors import UnsupportedError
+from .piecewise import PiecewiseOperand, branches
 from .primitives import PRIMITIVES
 
 _ZERO_DERIVATIVE = (floor, ceiling, sign, Heaviside)
@@ -70,7 +71,7 @@ SUPPORTED_FUNCTIONS: tuple[type, ...] = (
     Abs, sign, floor, ceiling, Piecewise, *PRIMITIVES,
 )
 _STRUCTURAL = (Add, Mul, Pow, Symbol, Relational, And, Or, Not, ITE, BooleanTrue, BooleanFalse,
-               ExprCondPair)
+               ExprCondPair, PiecewiseOperand)
 _UNPRINTABLE_ATOMS = (sympy.zoo, sympy.nan, sympy.I)
 
 
@@ -88,8 +89,8 @@ def _in_branches(expr: sympy.Basic) -> set:
     """Sub-expressions that are (inside) the value of a Piecewise branch: only selected, never combined."""
     found: set = set()
     for node in sympy.preorder_traversal(expr):
-        if isinstance(node, Piecewise):
-            for value, _ in node.args:
+        if isinstance(node, (Piecewise, PiecewiseOperand)):
+            for value, _ in branches(node):
                 found.update(sympy.preorder_traversal(value))
     return found
 

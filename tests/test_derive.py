@@ -115,6 +115,63 @@ def test_conditions_never_hold_a_branch():
     np.testing.assert_allclose(grad, soft[0] * np.cos(x) - soft[1] * np.sin(x) + soft[2], rtol=1e-12)
 
 
+def test_a_compared_branch_is_an_operand(backend):
+    """SymPy folds a Piecewise inside a condition into nested ITE conditions, one per combination of
+    branches (``where(clamp(...) > 0, ...)`` took 2-5 s to trace and lower with three clamps, and ``make fuzz``
+    found one past Python's recursion limit). The model's where/clamp hold such a Piecewise as an operand,
+    so the trace has no ITE and every program compares plain temporaries; values and gradients still
+    follow the model on both backends."""
+    def c(u):
+        return sg.clamp(u, -1, 1)
+
+    @sg.function
+    def compared_clamps(x, y, z):
+        return sg.where(sg.And(c(c(x) * y) > 0, c(c(y) + z) < 1), sg.sin(x) * y, c(z) * x)
+
+    @sg.function
+    def compared_wheres(x, y, z):
+        return sg.where(sg.where(x > y, c(x), z) > sg.where(y > 0, c(y + z), x), x * z, y)
+
+    @sg.function
+    def compared_steps(x, y, z):       # each Heaviside becomes a Piecewise in the rewrite pass: 3062 ops before
+        h = sympy.Heaviside
+        return sg.where(h(x - y) + h(y - z) + h(z - x) + h(x + y + z) > 1.5, x * y, z)
+
+    @sg.function
+    def found_by_fuzzing(x):           # raised "Invalid comparison of non-real" once the operand was held
+        u = sg.cos(-1 + sg.where(sg.Ne(x, 0), sg.sin(x) / x, 1))
+        return sg.where(u > 0, u * sg.log(u), 0)
+
+    assert dict(lower(compared_steps.trace()).op_counts)["value_and_vjp"] < 100
+    for fn in (compared_clamps, compared_wheres, compared_steps, found_by_fuzzing):
+        assert not fn.trace().outputs[0].exprs[0].has(sympy.ITE), fn.name
+        for program in lower(fn.trace()).programs:
+            for a in program.body:
+                for node in sympy.preorder_traversal(a.expr):
+                    if isinstance(node, sympy.logic.boolalg.Boolean) and not isinstance(node, sympy.Expr):
+                        assert not node.has(sympy.Piecewise, sympy.ITE), (fn.name, program.name, node)
+
+    x, y, z = RNG.uniform(-2, 2, size=(3, 400))
+    cl = lambda u: np.clip(u, -1, 1)                                           # noqa: E731
+    taken = (cl(cl(x) * y) > 0) & (cl(cl(y) + z) < 1)
+    value, (gx, gy, gz) = compared_clamps.value_and_vjp(x, y, z, np.ones(400))
+    np.testing.assert_allclose(value, np.where(taken, np.sin(x) * y, cl(z) * x), rtol=1e-14)
+    np.testing.assert_allclose(gx, np.where(taken, np.cos(x) * y, cl(z)), rtol=1e-14)
+    np.testing.assert_allclose(gy, np.where(taken, np.sin(x), 0), rtol=1e-14)
+    np.testing.assert_allclose(gz, np.where(taken, 0, np.where(np.abs(z) < 1, x, 0)), rtol=1e-14)
+
+    taken = np.where(x > y, cl(x), z) > np.where(y > 0, cl(y + z), x)
+    value, (gx, gy, gz) = compared_wheres.value_and_vjp(x, y, z, np.ones(400))
+    np.testing.assert_allclose(value, np.where(taken, x * z, y), rtol=1e-14)
+    np.testing.assert_array_equal(np.stack([gx, gy, gz]), np.stack([np.where(taken, z, 0), np.where(taken, 0, 1),
+                                                                     np.where(taken, x, 0)]))
+
+    taken = (x > y) * 1.0 + (y > z) + (z > x) + (x + y + z > 0) > 1.5
+    np.testing.assert_array_equal(compared_steps(x, y, z), np.where(taken, x * y, z))
+    u = np.cos(np.sin(x) / x - 1)
+    np.testing.assert_allclose(found_by_fuzzing(x), np.where(u > 0, u * np.log(u), 0), rtol=1e-12, atol=1e-15)  # u ~ 1 cancels
+
+
 def test_a_distributed_power_is_raised_once(backend):
     """SymPy writes tanh(asinh(x))**125 as x**125*(x**2 + 1)**(-125/2) and (x/y)**7 as x**7/y**7, infinite
     over infinite in float32 (from x = 2, and x, y = 1e6); the base product is a temporary raised once, so

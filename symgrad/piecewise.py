@@ -1,0 +1,63 @@
+"""Piecewise construction that never folds a Piecewise into a condition.
+
+SymPy rewrites a condition that contains a Piecewise (``where(clamp(x, -1, 1) > y, ...)``) into nested
+``ITE`` conditions, one per combination of branches, through ``piecewise_fold`` and logic simplification:
+exponential in the nesting, seconds for a three-argument model, and past Python's recursion limit when
+the result is rebuilt (found by ``make fuzz``). ``piecewise`` builds a Piecewise whose conditions hold
+every nested Piecewise as a ``PiecewiseOperand`` instead: the same function, opaque to that folding.
+The lowering (``derive.hoist_operands``) turns each operand back into a Piecewise of its own temporary,
+so that the condition compares plain symbols.
+"""
+from __future__ import annotations
+
+import sympy
+from sympy import Piecewise
+
+
+class PiecewiseOperand(sympy.Function):
+    """``Piecewise(*pairs)`` inside a condition, held whole: args are ``value0, cond0, value1, cond1, ...``.
+    Real, as every value symgrad computes (an untaken branch's NaN is never selected)."""
+
+    is_real = True
+
+    @classmethod
+    def eval(cls, *args):
+        if len(args) % 2:
+            raise TypeError(f"PiecewiseOperand takes value/condition pairs, got {len(args)} arguments")
+        if all(c.is_Boolean and c.is_Atom for c in args[1::2]):     # every condition decided: select
+            return Piecewise(*zip(args[::2], args[1::2]))
+
+    @classmethod
+    def of(cls, pw: Piecewise) -> PiecewiseOperand:
+        return cls(*[x for pair in pw.args for x in pair])
+
+    def as_piecewise(self) -> sympy.Expr:
+        """The Piecewise itself; cheap, since its conditions hold nested ones as operands too."""
+        return Piecewise(*branches(self))
+
+    def _eval_evalf(self, prec):
+        value = self.as_piecewise()._eval_evalf(prec)
+        return PiecewiseOperand.of(value) if isinstance(value, Piecewise) else value
+
+    def _print_as_piecewise(self, printer, *args, **kwargs):
+        return printer._print(self.as_piecewise(), *args, **kwargs)
+
+    # SymPy's printers (str, LaTeX, pretty, lambdify's) print it as the Piecewise it stands for
+    _sympystr = _latex = _pretty = _pythoncode = _numpycode = _mpmathcode = _lambdacode = _print_as_piecewise
+
+
+def branches(e: Piecewise | PiecewiseOperand) -> list[tuple[sympy.Basic, sympy.Basic]]:
+    """The (value, condition) pairs of a Piecewise, held or not."""
+    return list(e.args) if isinstance(e, Piecewise) else list(zip(e.args[::2], e.args[1::2]))
+
+
+def operands(cond: sympy.Basic) -> sympy.Basic:
+    """``cond`` with every Piecewise in it held as a ``PiecewiseOperand`` (innermost first)."""
+    if not isinstance(cond, sympy.Basic) or not cond.has(Piecewise):
+        return cond
+    return cond.replace(lambda e: isinstance(e, Piecewise), PiecewiseOperand.of)
+
+
+def piecewise(*pairs: tuple[sympy.Basic, sympy.Basic]) -> sympy.Expr:
+    """``Piecewise(*pairs)``, with any Piecewise inside a condition held as an operand (see the module)."""
+    return Piecewise(*[(sympy.sympify(v), operands(sympy.sympify(c))) for v, c in pairs])
