@@ -84,8 +84,8 @@ def main(argv: list[str] | None = None) -> int:
 
     print(f"torch {torch.__version__}, {threads} threads (PyTorch and symgrad), {os.cpu_count()} CPUs; "
           f"symgrad backend {compiled.backend}; {args.dtype}; forward + backward per call")
-    print(f"symgrad: compile {build:.2f} s ({'cache hit' if build < 1 else 'built'}), first call "
-          f"{first_call * 1e3:.2f} ms (kernel load), then no warm-up")
+    print(f"symgrad: trace and package {build:.2f} s, first call {first_call * 1e3:.2f} ms (loads the C kernels, "
+          f"building them on a cache miss), then no warm-up")
 
     tc = None
     if not args.no_compile:
