@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import sympy
 from sympy import Piecewise
+from sympy.core.relational import Relational, _canonical_coeff
 
 
 class PiecewiseOperand(sympy.Function):
@@ -58,6 +59,23 @@ def operands(cond: sympy.Basic) -> sympy.Basic:
     return cond.replace(lambda e: isinstance(e, Piecewise), PiecewiseOperand.of)
 
 
+def settled(rel: Relational) -> Relational:
+    """``rel``, or ``lhs - rhs`` compared with 0 where SymPy's canonical form of ``rel`` is not a fixed point.
+
+    Piecewise canonicalizes its conditions until nothing changes; for some comparisons of two compound sides
+    that form flips back and forth (``maximum(...) > 1/(x**4 + 1) - 0.89`` and ``0.89 - 1/(x**4 + 1) >
+    -maximum(...)``), and the Piecewise is never built (a RecursionError, found by ``make fuzz``). The
+    difference compared with 0 settles, and is the same test for finite sides."""
+    once = _canonical_coeff(rel)
+    if _canonical_coeff(once) == once:
+        return rel
+    return rel.func(rel.lhs - rel.rhs, 0)
+
+
 def piecewise(*pairs: tuple[sympy.Basic, sympy.Basic]) -> sympy.Expr:
-    """``Piecewise(*pairs)``, with any Piecewise inside a condition held as an operand (see the module)."""
-    return Piecewise(*[(sympy.sympify(v), operands(sympy.sympify(c))) for v, c in pairs])
+    """``Piecewise(*pairs)``, with any Piecewise inside a condition held as an operand (see the module) and
+    every comparison in a form that SymPy's canonicalization keeps (``settled``)."""
+    conditions = [operands(sympy.sympify(c)) for _, c in pairs]
+    conditions = [c.replace(lambda e: isinstance(e, Relational), settled) if isinstance(c, sympy.Basic) else c
+                  for c in conditions]
+    return Piecewise(*[(sympy.sympify(v), c) for (v, _), c in zip(pairs, conditions)])

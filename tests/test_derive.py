@@ -1,5 +1,7 @@
 """Derivation by reverse accumulation over the CSE'd program: no expression swell, cheap gradients,
 and agreement with SymPy's tree derivative."""
+import math
+
 import numpy as np
 import sympy
 
@@ -170,6 +172,37 @@ def test_a_compared_branch_is_an_operand(backend):
     np.testing.assert_array_equal(compared_steps(x, y, z), np.where(taken, x * y, z))
     u = np.cos(np.sin(x) / x - 1)
     np.testing.assert_allclose(found_by_fuzzing(x), np.where(u > 0, u * np.log(u), 0), rtol=1e-12, atol=1e-15)  # u ~ 1 cancels
+
+
+def test_a_comparison_sympy_cannot_canonicalize_still_builds(backend):
+    """SymPy canonicalizes a Piecewise's conditions until nothing changes; for ``a > b`` below that form flips
+    between two spellings forever, so the Piecewise was never built: the closed-form derivative of the first
+    function (found by ``make fuzz``: Max(...) of three arguments) and the second one's ``where`` raised
+    RecursionError. Such a comparison is built as ``a - b > 0``, the same test for finite sides."""
+    half = sympy.Rational(1, 2)
+
+    def a_and_b(x):
+        return sg.Max(sg.softplus(sg.cos(half)), sg.expm1(sg.Max(sg.tan(x), sg.erf(x)))), 1 / (x**4 + 1) - 0.892325633666869
+
+    @sg.function
+    def found_by_fuzzing(x):
+        a, b = a_and_b(x)
+        return sg.sqrt(x**2 + sg.log(sg.Max(b, a)**2 + half)**2)
+
+    @sg.function
+    def compares_them(x):
+        a, b = a_and_b(x)
+        return sg.where(a > b, x**2, x)
+
+    x = np.linspace(-1.4, 1.4, 15)
+    a = np.maximum(np.log1p(np.exp(np.cos(0.5))), np.expm1(np.maximum(np.tan(x), [math.erf(v) for v in x])))
+    b = 1 / (x**4 + 1) - 0.892325633666869
+    value, (grad,) = compares_them.value_and_vjp(x, np.ones(15))
+    np.testing.assert_array_equal(value, np.where(a > b, x**2, x))
+    np.testing.assert_array_equal(grad, np.where(a > b, 2 * x, 1))
+    assert "x" in compares_them.derivatives["x"] and "x" in found_by_fuzzing.derivatives["x"]
+    want = np.sqrt(x**2 + np.log(np.maximum(a, b)**2 + 0.5)**2)
+    np.testing.assert_allclose(found_by_fuzzing(x), want, rtol=1e-13)
 
 
 def test_a_distributed_power_is_raised_once(backend):
