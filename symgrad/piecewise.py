@@ -75,7 +75,5 @@ def settled(rel: Relational) -> Relational:
 def piecewise(*pairs: tuple[sympy.Basic, sympy.Basic]) -> sympy.Expr:
     """``Piecewise(*pairs)``, with any Piecewise inside a condition held as an operand (see the module) and
     every comparison in a form that SymPy's canonicalization keeps (``settled``)."""
-    conditions = [operands(sympy.sympify(c)) for _, c in pairs]
-    conditions = [c.replace(lambda e: isinstance(e, Relational), settled) if isinstance(c, sympy.Basic) else c
-                  for c in conditions]
-    return Piecewise(*[(sympy.sympify(v), c) for (v, _), c in zip(pairs, conditions)])
+    return Piecewise(*[(sympy.sympify(v), operands(sympy.sympify(c)).replace(
+        lambda e: isinstance(e, Relational), settled)) for v, c in pairs])
