@@ -17,13 +17,18 @@ MALLOC_TRIM_THRESHOLD_) so that large arrays are not returned to the OS and re-f
 (``--no-malloc-tuning`` to measure without). Targets: BA J/objective <= 4 and J >= 3x faster than
 hand-vectorised NumPy; GMM gradient/objective <= 3 and gradient within 1.5x of hand-vectorised NumPy.
 """
+
 from __future__ import annotations
 
 import os
 import sys
 
-_THREAD_ENV = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
-               "XLA_FLAGS": "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"}
+_THREAD_ENV = {
+    "OMP_NUM_THREADS": "1",
+    "OPENBLAS_NUM_THREADS": "1",
+    "MKL_NUM_THREADS": "1",
+    "XLA_FLAGS": "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1",
+}
 _MALLOC_ENV = {"MALLOC_MMAP_THRESHOLD_": str(1 << 30), "MALLOC_TRIM_THRESHOLD_": str(1 << 32)}
 
 if __name__ == "__main__" and not os.environ.get("_SYMGRAD_ADBENCH_CHILD"):
@@ -51,11 +56,10 @@ sys.path.insert(0, str(ROOT / "examples"))
 
 import bundle_adjustment as ba  # noqa: E402
 import gmm  # noqa: E402
+from common import best_time, optional_jax, optional_torch  # noqa: E402
 
 import symgrad as sg  # noqa: E402
 from symgrad.backends import c as c_backend  # noqa: E402
-
-from common import best_time, optional_jax, optional_torch  # noqa: E402
 
 torch = optional_torch(threads=1)
 jax, jnp = optional_jax(x64=True)
@@ -69,16 +73,29 @@ GMM_N = 10_000
 # BA, hand-vectorised NumPy (the derivatives written out by hand)
 # ---------------------------------------------------------------------------------------------------
 
+
 def _cross(a, b):
-    return np.stack([a[:, 1] * b[:, 2] - a[:, 2] * b[:, 1], a[:, 2] * b[:, 0] - a[:, 0] * b[:, 2],
-                     a[:, 0] * b[:, 1] - a[:, 1] * b[:, 0]], axis=1)
+    return np.stack(
+        [
+            a[:, 1] * b[:, 2] - a[:, 2] * b[:, 1],
+            a[:, 2] * b[:, 0] - a[:, 0] * b[:, 2],
+            a[:, 0] * b[:, 1] - a[:, 1] * b[:, 0],
+        ],
+        axis=1,
+    )
 
 
 def _skew(a):
     """[a]x as (p, 3, 3): [a]x b = a x b."""
     z = np.zeros(len(a))
-    return np.stack([np.stack([z, -a[:, 2], a[:, 1]], 1), np.stack([a[:, 2], z, -a[:, 0]], 1),
-                     np.stack([-a[:, 1], a[:, 0], z], 1)], axis=1)
+    return np.stack(
+        [
+            np.stack([z, -a[:, 2], a[:, 1]], 1),
+            np.stack([a[:, 2], z, -a[:, 0]], 1),
+            np.stack([-a[:, 1], a[:, 0], z], 1),
+        ],
+        axis=1,
+    )
 
 
 def np_ba_objective(cams, X, w, feats, obs):
@@ -119,11 +136,13 @@ def np_ba_blocks(cams, X, w, feats, obs):
     # dXc/dY (the rotation matrix) and dXc/dr
     R = cs[:, None, None] * eye + a[:, None, None] * skew_r + b[:, None, None] * r[:, :, None] * r[:, None, :]
     R = np.where(nz[:, None, None], R, eye + skew_r)
-    dr = (-a[:, None, None] * Y[:, :, None] * r[:, None, :]
-          + ((cs - a) / th2s)[:, None, None] * rxY[:, :, None] * r[:, None, :]
-          - a[:, None, None] * skew_Y
-          + ((a - 2 * b) / th2s * rY)[:, None, None] * r[:, :, None] * r[:, None, :]
-          + b[:, None, None] * (r[:, :, None] * Y[:, None, :] + rY[:, None, None] * eye))
+    dr = (
+        -a[:, None, None] * Y[:, :, None] * r[:, None, :]
+        + ((cs - a) / th2s)[:, None, None] * rxY[:, :, None] * r[:, None, :]
+        - a[:, None, None] * skew_Y
+        + ((a - 2 * b) / th2s * rY)[:, None, None] * r[:, :, None] * r[:, None, :]
+        + b[:, None, None] * (r[:, :, None] * Y[:, None, :] + rY[:, None, None] * eye)
+    )
     dr = np.where(nz[:, None, None], dr, -skew_Y)
     iz = 1 / Xc[:, 2]
     u = Xc[:, :2] * iz[:, None]
@@ -154,8 +173,8 @@ def assemble_ba(reproj, blocks, w, n, m, obs):
     """CSR of the BA Jacobian from the (p, 2, 15) blocks (shared by every non-symgrad implementation)."""
     p = len(w)
     data = np.empty(31 * p)
-    data[:30 * p].reshape(p, 2, 15)[:] = blocks
-    data[30 * p:] = -2 * w
+    data[: 30 * p].reshape(p, 2, 15)[:] = blocks
+    data[30 * p :] = -2 * w
     indptr, indices, shape = ba.ba_structure(n, m, obs)
     return reproj, 1 - w * w, ba.BASparseMat(indptr, indices, data, shape)
 
@@ -167,6 +186,7 @@ def np_ba_jacobian(cams, X, w, feats, obs):
 
 # -- BA in PyTorch / JAX: per-observation residual, vmap of reverse / forward mode ---------------------
 
+
 def torch_ba_fns():
     from torch.func import jacrev, vmap
 
@@ -177,8 +197,11 @@ def torch_ba_fns():
         nz = th2 != 0
         th = torch.sqrt(torch.where(nz, th2, torch.ones_like(th2)))
         v = r / th
-        rot = (Y * torch.cos(th) + torch.linalg.cross(v, Y) * torch.sin(th)
-               + v * (v * Y).sum() * (1 - torch.cos(th)))
+        rot = (
+            Y * torch.cos(th)
+            + torch.linalg.cross(v, Y) * torch.sin(th)
+            + v * (v * Y).sum() * (1 - torch.cos(th))
+        )
         Xc = torch.where(nz, rot, Y + torch.linalg.cross(r, Y))
         u = Xc[:2] / Xc[2]
         s = (u * u).sum()
@@ -255,24 +278,32 @@ def bench_ba(repeat: int) -> list[dict]:
         row = {"problem": f"BA {name} (n={n}, m={m}, p={p})"}
         _, _, J = ba.ba_jacobian(*data)
         structure = (J.indptr, J.indices)
-        row["sg"] = (best_time(lambda: ba.ba_objective(*data), repeat),
-                     best_time(lambda: ba.ba_jacobian(*data), repeat))
+        row["sg"] = (
+            best_time(lambda: ba.ba_objective(*data), repeat),
+            best_time(lambda: ba.ba_jacobian(*data), repeat),
+        )
         row["sg_reused"] = best_time(lambda: ba.ba_jacobian(*data, structure=structure), repeat)
         check_ba(J, np_ba_jacobian(*data)[2], "hand NumPy")
-        row["numpy"] = (best_time(lambda: np_ba_objective(*data), repeat),
-                        best_time(lambda: np_ba_jacobian(*data), repeat))
+        row["numpy"] = (
+            best_time(lambda: np_ba_objective(*data), repeat),
+            best_time(lambda: np_ba_jacobian(*data), repeat),
+        )
         if torch is not None:
             objective, jacobian = torch_ba_fns()
             targs = [torch.from_numpy(a) for a in data]
             check_ba(J, jacobian(*targs)[2], "PyTorch")
-            row["torch"] = (best_time(lambda: objective(*targs), repeat),
-                            best_time(lambda: jacobian(*targs), repeat))
+            row["torch"] = (
+                best_time(lambda: objective(*targs), repeat),
+                best_time(lambda: jacobian(*targs), repeat),
+            )
         if jax is not None:
             objective, jacobian = jax_ba_fns()
             jargs = [jnp.asarray(a) for a in data]
             check_ba(J, jacobian(*jargs, obs, n, m)[2], "JAX")
-            row["jax"] = (best_time(lambda: objective(*jargs), repeat),
-                          best_time(lambda: jacobian(*jargs, obs, n, m), repeat))
+            row["jax"] = (
+                best_time(lambda: objective(*jargs), repeat),
+                best_time(lambda: jacobian(*jargs, obs, n, m), repeat),
+            )
         rows.append(row)
     return rows
 
@@ -280,6 +311,7 @@ def bench_ba(repeat: int) -> list[dict]:
 # ---------------------------------------------------------------------------------------------------
 # GMM, hand-vectorised NumPy
 # ---------------------------------------------------------------------------------------------------
+
 
 def _np_gmm_parts(alphas, means, icf, x):
     n, d = x.shape
@@ -289,8 +321,8 @@ def _np_gmm_parts(alphas, means, icf, x):
     Q = np.zeros((K, d, d))
     Q[:, np.arange(d), np.arange(d)] = np.exp(q)
     Q[:, rows, cols] = low
-    xc = x[None, :, :] - means[:, None, :]                  # (K, n, d)
-    z = np.matmul(xc, Q.transpose(0, 2, 1))                 # z[k, i] = Q_k (x_i - mu_k)
+    xc = x[None, :, :] - means[:, None, :]  # (K, n, d)
+    z = np.matmul(xc, Q.transpose(0, 2, 1))  # z[k, i] = Q_k (x_i - mu_k)
     A = (alphas + q.sum(1))[:, None] - 0.5 * np.einsum("kid,kid->ki", z, z)
     mx = A.max(0)
     e = np.exp(A - mx)
@@ -308,8 +340,11 @@ def np_gmm_objective(alphas, means, icf, x, gamma, m):
     n, d = x.shape
     K = len(alphas)
     q, low, *_, lse, _, _ = _np_gmm_parts(alphas, means, icf, x)
-    prior = (0.5 * gamma ** 2 * ((np.exp(q) ** 2).sum() + (low ** 2).sum()) - m * q.sum()
-             - K * gmm.wishart_constant(d, gamma, m))
+    prior = (
+        0.5 * gamma**2 * ((np.exp(q) ** 2).sum() + (low**2).sum())
+        - m * q.sum()
+        - K * gmm.wishart_constant(d, gamma, m)
+    )
     return -0.5 * n * d * math.log(2 * math.pi) + lse.sum() - n * _np_lse(alphas) + prior
 
 
@@ -317,17 +352,20 @@ def np_gmm_gradient(alphas, means, icf, x, gamma, m):
     n, d = x.shape
     K = len(alphas)
     q, low, Q, xc, z, e, se, lse, rows, cols = _np_gmm_parts(alphas, means, icf, x)
-    prior = (0.5 * gamma ** 2 * ((np.exp(q) ** 2).sum() + (low ** 2).sum()) - m * q.sum()
-             - K * gmm.wishart_constant(d, gamma, m))
+    prior = (
+        0.5 * gamma**2 * ((np.exp(q) ** 2).sum() + (low**2).sum())
+        - m * q.sum()
+        - K * gmm.wishart_constant(d, gamma, m)
+    )
     value = -0.5 * n * d * math.log(2 * math.pi) + lse.sum() - n * _np_lse(alphas) + prior
-    P = e / se                                              # (K, n) posteriors
+    P = e / se  # (K, n) posteriors
     W = P[:, :, None] * z
-    dQ = -np.matmul(W.transpose(0, 2, 1), xc)               # (K, d, d)
+    dQ = -np.matmul(W.transpose(0, 2, 1), xc)  # (K, d, d)
     d_means = np.einsum("krc,kr->kc", Q, W.sum(1))
     Psum = P.sum(1)
     diag = np.arange(d)
-    d_q = dQ[:, diag, diag] * np.exp(q) + Psum[:, None] + gamma ** 2 * np.exp(2 * q) - m
-    d_l = dQ[:, rows, cols] + gamma ** 2 * low
+    d_q = dQ[:, diag, diag] * np.exp(q) + Psum[:, None] + gamma**2 * np.exp(2 * q) - m
+    d_l = dQ[:, rows, cols] + gamma**2 * low
     d_alphas = Psum - n * np.exp(alphas - _np_lse(alphas))
     return value, np.concatenate([d_alphas, d_means.ravel(), np.concatenate([d_q, d_l], 1).ravel()])
 
@@ -342,10 +380,17 @@ def torch_gmm_fns(d, K):
         Q = Q.index_put((torch.arange(K)[:, None], rows[None], cols[None]), low)
         z = torch.matmul(x[None] - means[:, None], Q.transpose(1, 2))
         A = (alphas + q.sum(1))[:, None] - 0.5 * (z * z).sum(-1)
-        prior = (0.5 * gamma ** 2 * ((torch.exp(q) ** 2).sum() + (low ** 2).sum()) - m * q.sum()
-                 - K * gmm.wishart_constant(d, gamma, m))
-        return (-0.5 * n * d * math.log(2 * math.pi) + torch.logsumexp(A, 0).sum()
-                - n * torch.logsumexp(alphas, 0) + prior)
+        prior = (
+            0.5 * gamma**2 * ((torch.exp(q) ** 2).sum() + (low**2).sum())
+            - m * q.sum()
+            - K * gmm.wishart_constant(d, gamma, m)
+        )
+        return (
+            -0.5 * n * d * math.log(2 * math.pi)
+            + torch.logsumexp(A, 0).sum()
+            - n * torch.logsumexp(alphas, 0)
+            + prior
+        )
 
     def objective(alphas, means, icf, x, gamma, m):
         with torch.no_grad():
@@ -366,12 +411,23 @@ def jax_gmm_fns(d, K):
     def f(alphas, means, icf, x, gamma, m):
         n = x.shape[0]
         q, low = icf[:, :d], icf[:, d:]
-        Q = jnp.zeros((K, d, d)).at[:, jnp.arange(d), jnp.arange(d)].set(jnp.exp(q)).at[:, rows, cols].set(low)
+        Q = (
+            jnp.zeros((K, d, d))
+            .at[:, jnp.arange(d), jnp.arange(d)]
+            .set(jnp.exp(q))
+            .at[:, rows, cols]
+            .set(low)
+        )
         z = jnp.matmul(x[None] - means[:, None], jnp.swapaxes(Q, 1, 2))
         A = (alphas + q.sum(1))[:, None] - 0.5 * (z * z).sum(-1)
-        prior = 0.5 * gamma ** 2 * ((jnp.exp(q) ** 2).sum() + (low ** 2).sum()) - m * q.sum()
-        return (-0.5 * n * d * math.log(2 * math.pi) + jax.scipy.special.logsumexp(A, 0).sum()
-                - n * jax.scipy.special.logsumexp(alphas) + prior - K * gmm.wishart_constant(d, gamma, m))
+        prior = 0.5 * gamma**2 * ((jnp.exp(q) ** 2).sum() + (low**2).sum()) - m * q.sum()
+        return (
+            -0.5 * n * d * math.log(2 * math.pi)
+            + jax.scipy.special.logsumexp(A, 0).sum()
+            - n * jax.scipy.special.logsumexp(alphas)
+            + prior
+            - K * gmm.wishart_constant(d, gamma, m)
+        )
 
     fj = jax.jit(f, static_argnums=(4, 5))
     vg = jax.jit(jax.value_and_grad(f, argnums=(0, 1, 2)), static_argnums=(4, 5))
@@ -389,7 +445,9 @@ def jax_gmm_fns(d, K):
 def check_gmm(ref, got, what):
     err = float(np.max(np.abs(got[1] - ref[1])) / max(1.0, np.abs(ref[1]).max()))
     if abs(got[0] - ref[0]) > 1e-9 * max(1.0, abs(ref[0])) or err > 1e-9:
-        print(f"  WARNING: {what} GMM result differs from symgrad's (value {got[0] - ref[0]:.2e}, grad {err:.2e})")
+        print(
+            f"  WARNING: {what} GMM result differs from symgrad's (value {got[0] - ref[0]:.2e}, grad {err:.2e})"
+        )
 
 
 def bench_gmm(repeat: int) -> list[dict]:
@@ -399,23 +457,31 @@ def bench_gmm(repeat: int) -> list[dict]:
         n_params = K * (1 + d + d * (d + 1) // 2)
         row = {"problem": f"GMM d={d} K={K} n={GMM_N // 1000}k ({n_params} params)"}
         ref = gmm.gmm_gradient(*data)
-        row["sg"] = (best_time(lambda: gmm.gmm_objective(*data), repeat),
-                     best_time(lambda: gmm.gmm_gradient(*data), repeat))
+        row["sg"] = (
+            best_time(lambda: gmm.gmm_objective(*data), repeat),
+            best_time(lambda: gmm.gmm_gradient(*data), repeat),
+        )
         check_gmm(ref, np_gmm_gradient(*data), "hand NumPy")
-        row["numpy"] = (best_time(lambda: np_gmm_objective(*data), repeat),
-                        best_time(lambda: np_gmm_gradient(*data), repeat))
+        row["numpy"] = (
+            best_time(lambda: np_gmm_objective(*data), repeat),
+            best_time(lambda: np_gmm_gradient(*data), repeat),
+        )
         if torch is not None:
             objective, gradient = torch_gmm_fns(d, K)
             targs = [torch.from_numpy(a) for a in data[:4]] + list(data[4:])
             check_gmm(ref, gradient(*targs), "PyTorch")
-            row["torch"] = (best_time(lambda: objective(*targs), repeat),
-                            best_time(lambda: gradient(*targs), repeat))
+            row["torch"] = (
+                best_time(lambda: objective(*targs), repeat),
+                best_time(lambda: gradient(*targs), repeat),
+            )
         if jax is not None:
             objective, gradient = jax_gmm_fns(d, K)
             jargs = [jnp.asarray(a) for a in data[:4]] + list(data[4:])
             check_gmm(ref, gradient(*jargs), "JAX")
-            row["jax"] = (best_time(lambda: objective(*jargs), repeat),
-                          best_time(lambda: gradient(*jargs), repeat))
+            row["jax"] = (
+                best_time(lambda: objective(*jargs), repeat),
+                best_time(lambda: gradient(*jargs), repeat),
+            )
         rows.append(row)
     return rows
 
@@ -445,8 +511,9 @@ def cold_compile() -> tuple[float, float, float, float] | None:
     cache directory."""
     with tempfile.TemporaryDirectory(prefix="symgrad-cold-") as cache:
         env = dict(os.environ, SYMGRAD_CACHE_DIR=cache, PYTHONPATH=str(ROOT))
-        r = subprocess.run([sys.executable, "-c", _COLD, str(ba.MODEL)], env=env, capture_output=True,
-                           text=True, timeout=600)
+        r = subprocess.run(
+            [sys.executable, "-c", _COLD, str(ba.MODEL)], env=env, capture_output=True, text=True, timeout=600
+        )
     if r.returncode != 0:
         print(f"cold compile failed:\n{r.stderr[-2000:]}")
         return None
@@ -455,6 +522,7 @@ def cold_compile() -> tuple[float, float, float, float] | None:
 
 # ---------------------------------------------------------------------------------------------------
 
+
 def fmt_ms(t: float) -> str:
     return f"{t * 1e3:.2f}" if t < 10 else f"{t * 1e3:.0f}"
 
@@ -462,10 +530,13 @@ def fmt_ms(t: float) -> str:
 def table(rows: list[dict], kind: str) -> list[str]:
     methods = [k for k in ("numpy", "torch", "jax") if any(k in r for r in rows)]
     names = {"numpy": "hand NumPy", "torch": "PyTorch", "jax": "JAX"}
-    head = (f"| problem | sg objective ms | sg {kind} ms | sg ratio |"
-            + ("" if kind != "J" else " sg J reused ms |")
-            + "".join(f" {names[k]} obj ms | {names[k]} {kind} ms | {names[k]} ratio | sg speedup |"
-                      for k in methods))
+    head = (
+        f"| problem | sg objective ms | sg {kind} ms | sg ratio |"
+        + ("" if kind != "J" else " sg J reused ms |")
+        + "".join(
+            f" {names[k]} obj ms | {names[k]} {kind} ms | {names[k]} ratio | sg speedup |" for k in methods
+        )
+    )
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for r in rows:
         to, tj = r["sg"]
@@ -491,27 +562,35 @@ def main() -> None:
     started = time.perf_counter()
     warnings.simplefilter("ignore", RuntimeWarning)
     sg.set_backend("c")
-    repeat = 20 if args.quick else 50          # BA calls take milliseconds; GMM uses fewer (below)
+    repeat = 20 if args.quick else 50  # BA calls take milliseconds; GMM uses fewer (below)
     ba.model()
     c_backend.set_num_threads(1)
     tuned = all(os.environ.get(k) == v for k, v in _MALLOC_ENV.items())
-    print(f"# ADBench BA and GMM ({'quick' if args.quick else 'full'}; best CPU time of {repeat} (BA) / "
-          f"{3 if args.quick else 10} (GMM) runs, 1 thread, malloc tuning {'on' if tuned else 'off'})")
+    print(
+        f"# ADBench BA and GMM ({'quick' if args.quick else 'full'}; best CPU time of {repeat} (BA) / "
+        f"{3 if args.quick else 10} (GMM) runs, 1 thread, malloc tuning {'on' if tuned else 'off'})"
+    )
     print(f"symgrad backend: {ba.model().ba_residual.backend}; BA Jacobian via fused value_and_jacobian")
-    print(f"torch: {torch.__version__ if torch else 'not installed'}; "
-          f"jax: {jax.__version__ if jax else 'not installed'}"
-          f"; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
+    print(
+        f"torch: {torch.__version__ if torch else 'not installed'}; "
+        f"jax: {jax.__version__ if jax else 'not installed'}"
+        f"; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs"
+    )
     if not args.skip_cold:
         cold = cold_compile()
         if cold:
-            print(f"\ncold compile of examples/ba_model.py (fresh process and cache): trace + derive + emit "
-                  f"{cold[2]:.2f} s (target <= 1 s); before it, import symgrad {cold[0]:.2f} s and SymPy "
-                  f"{cold[1]:.2f} s; after it, at the first call, the C build {cold[3]:.2f} s (gcc, plus the "
-                  f"once-per-cache compiler probe; cached afterwards); total {sum(cold):.2f} s")
+            print(
+                f"\ncold compile of examples/ba_model.py (fresh process and cache): trace + derive + emit "
+                f"{cold[2]:.2f} s (target <= 1 s); before it, import symgrad {cold[0]:.2f} s and SymPy "
+                f"{cold[1]:.2f} s; after it, at the first call, the C build {cold[3]:.2f} s (gcc, plus the "
+                f"once-per-cache compiler probe; cached afterwards); total {sum(cold):.2f} s"
+            )
     print("\nBA (target: sg ratio <= 4, sg J >= 3x faster than hand NumPy); 'sg speedup' = their J / sg J\n")
     print("\n".join(table(bench_ba(repeat), "J")))
-    print("\nGMM (target: sg ratio <= 3, sg gradient within 1.5x of hand NumPy); "
-          "'sg speedup' = their gradient / sg gradient\n")
+    print(
+        "\nGMM (target: sg ratio <= 3, sg gradient within 1.5x of hand NumPy); "
+        "'sg speedup' = their gradient / sg gradient\n"
+    )
     print("\n".join(table(bench_gmm(3 if args.quick else 10), "grad")))
     print(f"\ntotal {time.perf_counter() - started:.0f} s")
 

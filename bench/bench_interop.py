@@ -9,14 +9,15 @@ The formula is ``bench_runtime``'s: 5 x (multiply, add, sin, multiply by x). sym
 separately. Targets: >= 5x faster than eager PyTorch, within 1.5x of warm ``torch.compile``.
 Skips (exit 0) when PyTorch is not installed.
 """
+
 from __future__ import annotations
 
 import argparse
 import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -26,10 +27,11 @@ from common import best_time, chain20, formula, optional_torch  # noqa: E402
 torch = optional_torch()
 
 
-def fwd_bwd(fn: Callable, x: "torch.Tensor", seed: "torch.Tensor") -> Callable[[], None]:
+def fwd_bwd(fn: Callable, x: torch.Tensor, seed: torch.Tensor) -> Callable[[], None]:
     def step() -> None:
         x.grad = None
         fn(x).backward(seed)
+
     return step
 
 
@@ -46,8 +48,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=5, help="interleaved timing rounds (best of)")
     parser.add_argument("--max-n", type=float, default=None, help="largest N (default 1e7, 1e6 with --quick)")
     parser.add_argument("--no-compile", action="store_true", help="leave out the torch.compile column")
-    parser.add_argument("--threads", type=int, default=None,
-                        help="threads for PyTorch and for symgrad's OpenMP loops alike (default: PyTorch's)")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="threads for PyTorch and for symgrad's OpenMP loops alike (default: PyTorch's)",
+    )
     args = parser.parse_args(argv)
     if torch is None:
         print("bench_interop: PyTorch is not installed; skipped")
@@ -73,6 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(threads)
     if compiled.backend == "c":
         from symgrad.backends.c import set_num_threads
+
         set_num_threads(threads)
     ours = (out.detach().clone(), xs.grad.clone())
     xs.grad = None
@@ -82,18 +89,24 @@ def main(argv: list[str] | None = None) -> int:
     torch.testing.assert_close(ours[0], ref.detach(), **tol)
     torch.testing.assert_close(ours[1], xs.grad, **tol)
 
-    print(f"torch {torch.__version__}, {threads} threads (PyTorch and symgrad), {os.cpu_count()} CPUs; "
-          f"symgrad backend {compiled.backend}; {args.dtype}; forward + backward per call")
-    print(f"symgrad: trace and package {build:.2f} s, first call {first_call * 1e3:.2f} ms (loads the C kernels, "
-          f"building them on a cache miss), then no warm-up")
+    print(
+        f"torch {torch.__version__}, {threads} threads (PyTorch and symgrad), {os.cpu_count()} CPUs; "
+        f"symgrad backend {compiled.backend}; {args.dtype}; forward + backward per call"
+    )
+    print(
+        f"symgrad: trace and package {build:.2f} s, first call {first_call * 1e3:.2f} ms (loads the C kernels, "
+        f"building them on a cache miss), then no warm-up"
+    )
 
     tc = None
     if not args.no_compile:
         torch._dynamo.reset()
         tc = torch.compile(eager, dynamic=True)
 
-    header = (f"{'N':>9} | {'symgrad op ms':>13} | {'eager ms':>9} | {'compile ms':>10} | "
-              f"{'eager/symgrad':>13} | {'symgrad/compile':>15} | {'first compiled call':>19}")
+    header = (
+        f"{'N':>9} | {'symgrad op ms':>13} | {'eager ms':>9} | {'compile ms':>10} | "
+        f"{'eager/symgrad':>13} | {'symgrad/compile':>15} | {'first compiled call':>19}"
+    )
     print(header)
     print("-" * len(header))
     rows = []
@@ -104,21 +117,24 @@ def main(argv: list[str] | None = None) -> int:
         first = float("nan")
         if tc is not None:
             start = time.perf_counter()
-            fwd_bwd(tc, x, seed)()          # compiles (first N) or re-guards (later N)
+            fwd_bwd(tc, x, seed)()  # compiles (first N) or re-guards (later N)
             first = time.perf_counter() - start
             for _ in range(3):
-                fwd_bwd(tc, x, seed)()      # warm-up
+                fwd_bwd(tc, x, seed)()  # warm-up
             steps["compile"] = fwd_bwd(tc, x, seed)
         best = {k: float("inf") for k in steps}
-        for _ in range(args.repeat):        # interleaved rounds: a busy machine hurts every column alike
+        for _ in range(args.repeat):  # interleaved rounds: a busy machine hurts every column alike
             for k, step in steps.items():
                 best[k] = min(best[k], best_time(step, 1, 0.25))
         t_sg, t_eager, t_tc = best["symgrad"], best["eager"], best.get("compile", float("nan"))
         rows.append((n, t_sg, t_eager, t_tc))
         ratio = f"{t_sg / t_tc:>14.2f}x" if tc is not None else f"{'-':>15}"
         first_s = f"{first:>17.2f} s" if tc is not None else f"{'-':>19}"
-        print(f"{n:>9.0e} | {fmt_time(t_sg):>13} | {fmt_time(t_eager):>9} | {fmt_time(t_tc):>10} | "
-              f"{t_eager / t_sg:>12.1f}x | {ratio} | {first_s}", flush=True)
+        print(
+            f"{n:>9.0e} | {fmt_time(t_sg):>13} | {fmt_time(t_eager):>9} | {fmt_time(t_tc):>10} | "
+            f"{t_eager / t_sg:>12.1f}x | {ratio} | {first_s}",
+            flush=True,
+        )
 
     fast = [n for n, s, e, _ in rows if e / s >= 5]
     close = [n for n, s, _, c in rows if s / c <= 1.5]

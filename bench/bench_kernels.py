@@ -9,6 +9,7 @@ table is the fixed per-call cost at N=10 through the public API and through the 
     python bench/bench_kernels.py            # N = 1e3 .. 1e7
     python bench/bench_kernels.py --quick    # N = 1e3 .. 1e6, fewer repeats (< 3 minutes)
 """
+
 from __future__ import annotations
 
 import argparse
@@ -22,11 +23,11 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import symgrad as sg  # noqa: E402
-from symgrad import build_c  # noqa: E402
-from symgrad.backends import c as c_backend  # noqa: E402
-
 from common import best_time, optional_jax, optional_torch  # noqa: E402
+
+import symgrad as sg  # noqa: E402
+from symgrad.backends import c as c_backend  # noqa: E402
+from symgrad.backends.c import cffi_build as build_c  # noqa: E402
 
 torch = optional_torch(threads=1)
 jax, jnp = optional_jax(x64=True)
@@ -35,6 +36,7 @@ SQRT_2_PI = math.sqrt(2 / math.pi)
 
 
 # -- the functions: symgrad definition, hand-written NumPy value+vjp, torch/jax forward --------------------
+
 
 @sg.function
 def softplus(x):
@@ -62,7 +64,7 @@ def gelu_tanh_np(x, g):
 
 @sg.function
 def blend(x, y):
-    return sg.sin(x) * sg.exp(-y**2) + sg.log(1 + x**2 * y**2)
+    return sg.sin(x) * sg.exp(-(y**2)) + sg.log(1 + x**2 * y**2)
 
 
 def blend_np(x, y, g):
@@ -87,8 +89,12 @@ def neo_relu_np(x, g):
 @sg.function
 def big(x, y):
     """28 operations: tanh, exp, log1p, sigmoid, sqrt, cos, quotients."""
-    return (sg.tanh(x * y + 1) * sg.exp(-x**2 / 4) + sg.log1p(x**2 + y**2) * sg.sigmoid(x - y)
-            + sg.sqrt(1 + x**2 * y**2) - sg.cos(x + 2 * y) / (1 + y**2))
+    return (
+        sg.tanh(x * y + 1) * sg.exp(-(x**2) / 4)
+        + sg.log1p(x**2 + y**2) * sg.sigmoid(x - y)
+        + sg.sqrt(1 + x**2 * y**2)
+        - sg.cos(x + 2 * y) / (1 + y**2)
+    )
 
 
 def big_np(x, y, g):
@@ -112,10 +118,14 @@ def _torch_forms():
     return {
         "softplus": lambda x: t.nn.functional.softplus(x),
         "gelu_tanh": lambda x: t.nn.functional.gelu(x, approximate="tanh"),
-        "blend": lambda x, y: t.sin(x) * t.exp(-y**2) + t.log1p(x**2 * y**2),
+        "blend": lambda x, y: t.sin(x) * t.exp(-(y**2)) + t.log1p(x**2 * y**2),
         "neo_relu": lambda x: t.where(x > 0, x, t.full_like(x, -0.1)),
-        "big": lambda x, y: (t.tanh(x * y + 1) * t.exp(-x**2 / 4) + t.log1p(x**2 + y**2) * t.sigmoid(x - y)
-                             + t.sqrt(1 + x**2 * y**2) - t.cos(x + 2 * y) / (1 + y**2)),
+        "big": lambda x, y: (
+            t.tanh(x * y + 1) * t.exp(-(x**2) / 4)
+            + t.log1p(x**2 + y**2) * t.sigmoid(x - y)
+            + t.sqrt(1 + x**2 * y**2)
+            - t.cos(x + 2 * y) / (1 + y**2)
+        ),
     }
 
 
@@ -124,24 +134,36 @@ def _jax_forms():
     return {
         "softplus": jax.nn.softplus,
         "gelu_tanh": lambda x: jax.nn.gelu(x, approximate=True),
-        "blend": lambda x, y: j.sin(x) * j.exp(-y**2) + j.log1p(x**2 * y**2),
+        "blend": lambda x, y: j.sin(x) * j.exp(-(y**2)) + j.log1p(x**2 * y**2),
         "neo_relu": lambda x: j.where(x > 0, x, -0.1),
-        "big": lambda x, y: (j.tanh(x * y + 1) * j.exp(-x**2 / 4) + j.log1p(x**2 + y**2) * jax.nn.sigmoid(x - y)
-                             + j.sqrt(1 + x**2 * y**2) - j.cos(x + 2 * y) / (1 + y**2)),
+        "big": lambda x, y: (
+            j.tanh(x * y + 1) * j.exp(-(x**2) / 4)
+            + j.log1p(x**2 + y**2) * jax.nn.sigmoid(x - y)
+            + j.sqrt(1 + x**2 * y**2)
+            - j.cos(x + 2 * y) / (1 + y**2)
+        ),
     }
 
 
-CASES = [("softplus", softplus, softplus_np, 1), ("gelu_tanh", gelu_tanh, gelu_tanh_np, 1),
-         ("blend", blend, blend_np, 2), ("neo_relu", neo_relu, neo_relu_np, 1), ("big", big, big_np, 2)]
+CASES = [
+    ("softplus", softplus, softplus_np, 1),
+    ("gelu_tanh", gelu_tanh, gelu_tanh_np, 1),
+    ("blend", blend, blend_np, 2),
+    ("neo_relu", neo_relu, neo_relu_np, 1),
+    ("big", big, big_np, 2),
+]
 
 
 # -- timing ---------------------------------------------------------------------------------------------
 
+
 def triad_gbps(n: int, min_time: float, repeats: int) -> float:
     """STREAM triad a = b + s*c in one C loop (1 thread): bytes 3*8*n per call."""
-    src = ("#include <stdint.h>\n"
-           "void triad(int64_t n, const double *restrict b, const double *restrict c, double *restrict a)\n{\n"
-           "#pragma omp simd\n    for (int64_t i = 0; i < n; ++i) a[i] = b[i] + 3.0*c[i];\n}\n")
+    src = (
+        "#include <stdint.h>\n"
+        "void triad(int64_t n, const double *restrict b, const double *restrict c, double *restrict a)\n{\n"
+        "#pragma omp simd\n    for (int64_t i = 0; i < n; ++i) a[i] = b[i] + 3.0*c[i];\n}\n"
+    )
     m = build_c.load(src, "void triad(int64_t, const double *, const double *, double *);", label="triad")
     b, c, a = np.ones(n), np.ones(n), np.empty(n)
     pb, pc, pa = (m.ffi.from_buffer("double[]", v) for v in (b, c, a))
@@ -150,7 +172,7 @@ def triad_gbps(n: int, min_time: float, repeats: int) -> float:
 
 
 def inputs(n: int, n_args: int, dtype, rng) -> list[np.ndarray]:
-    return [rng.normal(scale=2.0, size=n).astype(dtype) for _ in range(n_args + 1)]   # args, then cotangent
+    return [rng.normal(scale=2.0, size=n).astype(dtype) for _ in range(n_args + 1)]  # args, then cotangent
 
 
 def check(name, sym_result, hand_result, dtype):
@@ -158,7 +180,9 @@ def check(name, sym_result, hand_result, dtype):
     tol = 2e-3 if dtype == np.float32 else 1e-9
     for a, b in zip((sv, *sg_grads), (hv, *h_grads)):
         if not np.allclose(a, b, rtol=tol, atol=tol):
-            raise SystemExit(f"{name}: symgrad and hand-written NumPy disagree (max diff {np.max(np.abs(a - b))})")
+            raise SystemExit(
+                f"{name}: symgrad and hand-written NumPy disagree (max diff {np.max(np.abs(a - b))})"
+            )
 
 
 def run_case(name, fn, hand, n_args, dtype, sizes, min_time, repeats, rng):
@@ -182,16 +206,18 @@ def run_case(name, fn, hand, n_args, dtype, sizes, min_time, repeats, rng):
             times[f"sg-c {threads}t"] = best_time(lambda: fn.value_and_vjp(*arrays), repeats, min_time)
         times["hand-numpy"] = best_time(lambda: hand(*arrays), repeats, min_time)
         if torch_f is not None:
+
             def torch_call():
                 ts = [torch.from_numpy(a).requires_grad_() for a in arrays[:-1]]
                 out = torch_f(*ts)
                 out.backward(torch.from_numpy(arrays[-1]))
                 return out.detach(), [t.grad for t in ts]
+
             times["torch"] = best_time(torch_call, repeats, min_time)
         if jax_f is not None:
             jarrays = [jnp.asarray(a) for a in arrays]
             times["jax"] = best_time(lambda: jax.block_until_ready(jax_f(*jarrays)), repeats, min_time)
-        moved = (2 * n_args + 2) * n * np.dtype(dtype).itemsize      # args + cotangent in, value + grads out
+        moved = (2 * n_args + 2) * n * np.dtype(dtype).itemsize  # args + cotangent in, value + grads out
         rows.append((n, times, moved / times["sg-c 1t"] / 1e9))
     return rows
 
@@ -208,14 +234,21 @@ def overhead_table(min_time: float, repeats: int) -> list[str]:
         run = kernels.program(compiled._ident, "value_and_vjp", np.dtype(np.float64))
         results[backend, "run"] = best_time(lambda: run((x, g), (10,)), repeats, min_time)
     hand = best_time(lambda: softplus_np(x, g), repeats, min_time)
-    lines.append(f"| softplus value_and_vjp (public API) | {results['c', 'api'] * 1e6:.1f} us | "
-                 f"{results['numpy', 'api'] * 1e6:.1f} us | {hand * 1e6:.1f} us |")
-    lines.append(f"| backend run() only | {results['c', 'run'] * 1e6:.1f} us | "
-                 f"{results['numpy', 'run'] * 1e6:.1f} us | |")
+    lines.append(
+        f"| softplus value_and_vjp (public API) | {results['c', 'api'] * 1e6:.1f} us | "
+        f"{results['numpy', 'api'] * 1e6:.1f} us | {hand * 1e6:.1f} us |"
+    )
+    lines.append(
+        f"| backend run() only | {results['c', 'run'] * 1e6:.1f} us | "
+        f"{results['numpy', 'run'] * 1e6:.1f} us | |"
+    )
     sg.set_backend("c")
     x3, g3 = np.linspace(-1, 1, 1000), np.ones(1000)
-    run = softplus.compiled()._kernel_set()[1].program(softplus.compiled()._ident, "value_and_vjp",
-                                                        np.dtype(np.float64))
+    run = (
+        softplus.compiled()
+        ._kernel_set()[1]
+        .program(softplus.compiled()._ident, "value_and_vjp", np.dtype(np.float64))
+    )
     t = best_time(lambda: run((x3, g3), (1000,)), repeats, min_time)
     lines.append(f"| backend run() at N=1e3 | {t * 1e6:.1f} us | | |")
     return lines
@@ -232,7 +265,7 @@ def main() -> None:
 
     sg.set_backend("c")
     t0 = time.perf_counter()
-    for _, fn, _, n_args in CASES:             # build everything first (cached on disk after the first run)
+    for _, fn, _, n_args in CASES:  # build everything first (cached on disk after the first run)
         fn.value_and_vjp(*inputs(4, n_args, np.float64, rng))
     build_s = time.perf_counter() - t0
     if softplus.compiled().backend != "c":
@@ -240,17 +273,27 @@ def main() -> None:
     tc = build_c.toolchain()
     triad = triad_gbps(10**7, min_time, repeats)
     print(f"# symgrad kernel benchmark ({'quick' if args.quick else 'full'})")
-    print(f"compiler: {tc.version}; flags: {' '.join(tc.flags)}; OpenMP {'on' if tc.openmp else 'off'}; "
-          f"libmvec tier {tc.libmvec}; CPUs: {os.cpu_count()}; first compile/load of {len(CASES)} functions: "
-          f"{build_s:.1f} s")
+    print(
+        f"compiler: {tc.version}; flags: {' '.join(tc.flags)}; OpenMP {'on' if tc.openmp else 'off'}; "
+        f"libmvec tier {tc.libmvec}; CPUs: {os.cpu_count()}; first compile/load of {len(CASES)} functions: "
+        f"{build_s:.1f} s"
+    )
     print(f"STREAM-style triad (1 thread, N=1e7, f64): {triad:.1f} GB/s")
-    print(f"torch: {torch.__version__ + ' (1 thread, eager autograd)' if torch else 'not installed'}; "
-          f"jax: {jax.__version__ + ' (jit(vjp))' if jax else 'not installed'}")
-    print("\nTimes relative to hand-written NumPy (lower is better); GB/s and % of triad: symgrad C, 1 thread.\n")
+    print(
+        f"torch: {torch.__version__ + ' (1 thread, eager autograd)' if torch else 'not installed'}; "
+        f"jax: {jax.__version__ + ' (jit(vjp))' if jax else 'not installed'}"
+    )
+    print(
+        "\nTimes relative to hand-written NumPy (lower is better); GB/s and % of triad: symgrad C, 1 thread.\n"
+    )
     methods = ["sg-c 1t", "sg-c 2t", "sg-numpy"] + (["torch"] if torch else []) + (["jax"] if jax else [])
-    rivals = [m for m in ("torch", "jax") if m in methods]    # the targets: their time over sg-c 2t's
-    print("| function | dtype | N | hand NumPy | " + " | ".join(methods) + " | C GB/s | % triad | "
-          + "".join(f"{m} / sg-c 2t | " for m in rivals))
+    rivals = [m for m in ("torch", "jax") if m in methods]  # the targets: their time over sg-c 2t's
+    print(
+        "| function | dtype | N | hand NumPy | "
+        + " | ".join(methods)
+        + " | C GB/s | % triad | "
+        + "".join(f"{m} / sg-c 2t | " for m in rivals)
+    )
     print("|---|---|---|---|" + "---|" * len(methods) + "---|---|" + "---|" * len(rivals))
     for name, fn, hand, n_args in CASES:
         for dtype in (np.float64, np.float32):
@@ -258,8 +301,11 @@ def main() -> None:
                 base = times["hand-numpy"]
                 cells = " | ".join(f"{times[m] / base:.2f}" if m in times else "-" for m in methods)
                 speedups = "".join(f"{times[m] / times['sg-c 2t']:.1f}x | " for m in rivals)
-                print(f"| {name} | {np.dtype(dtype).name} | {n:.0e} | {base * 1e3:.3f} ms | {cells} | "
-                      f"{gbps:.1f} | {100 * gbps / triad:.0f} | {speedups}", flush=True)
+                print(
+                    f"| {name} | {np.dtype(dtype).name} | {n:.0e} | {base * 1e3:.3f} ms | {cells} | "
+                    f"{gbps:.1f} | {100 * gbps / triad:.0f} | {speedups}",
+                    flush=True,
+                )
     c_backend.set_num_threads(os.cpu_count() or 1)
     print()
     print("\n".join(overhead_table(min_time, repeats)))

@@ -10,12 +10,13 @@
    extrapolated from ``--steps`` steps on synthetic data: symgrad vs hand-written NumPy vs PyTorch eager.
 Targets: <= 5 us per runtime op (fwd + bwd); MLP epoch within 1.2x of hand-written NumPy.
 """
+
 from __future__ import annotations
 
 import argparse
 import math
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 from common import best_time, chain20, formula, optional_torch  # first: puts the checkout on sys.path
@@ -28,13 +29,11 @@ torch = optional_torch()
 N_SAMPLES, N_IN, N_HIDDEN, N_OUT = 60_000, 784, 128, 10
 
 
-
-
 class _BareKernel:
     """The compiled-function contract with bare NumPy kernels: isolates the tape's own overhead."""
 
     n_outputs = 1
-    jacobian_saving = False   # the vjp path: forward and vjp are the bare NumPy functions
+    jacobian_saving = False  # the vjp path: forward and vjp are the bare NumPy functions
     origin = "bench_runtime.py"
 
     def __init__(self, name: str, forward: Callable, vjp: Callable) -> None:
@@ -47,9 +46,11 @@ class _BareKernel:
         return self._vjp(*args)
 
 
-BARE = {"mul": _BareKernel("mul", np.multiply, lambda x, y, g: (g * y, g * x)),
-        "add": _BareKernel("add", np.add, lambda x, y, g: (g, g)),
-        "sin": _BareKernel("sin", np.sin, lambda x, g: (g * np.cos(x),))}
+BARE = {
+    "mul": _BareKernel("mul", np.multiply, lambda x, y, g: (g * y, g * x)),
+    "add": _BareKernel("add", np.add, lambda x, y, g: (g, g)),
+    "sin": _BareKernel("sin", np.sin, lambda x, g: (g * np.cos(x),)),
+}
 
 
 def bench_chain(repeat: int) -> list[tuple[str, float]]:
@@ -72,15 +73,25 @@ def bench_chain(repeat: int) -> list[tuple[str, float]]:
     rows.append(("20-op formula as one compiled node", best_time(lambda: node(x).backward(seed), repeat)))
     if torch is not None:
         tx, tseed = torch.tensor(data, requires_grad=True), torch.ones(10)
-        rows.append(("torch eager op", best_time(lambda: formula(tx, torch.sin).backward(tseed), repeat) / 20))
+        rows.append(
+            ("torch eager op", best_time(lambda: formula(tx, torch.sin).backward(tseed), repeat) / 20)
+        )
     return rows
 
 
 # -- MLP --------------------------------------------------------------------------------------------------
 def init_params(rng: np.random.Generator) -> list[np.ndarray]:
     """Linear layers' default init (U(-1/sqrt(fan_in), 1/sqrt(fan_in))): w1, b1, w2, b2."""
-    shapes = [((N_HIDDEN, N_IN), N_IN), ((N_HIDDEN,), N_IN), ((N_OUT, N_HIDDEN), N_HIDDEN), ((N_OUT,), N_HIDDEN)]
-    return [rng.uniform(-1, 1, shape).astype(np.float32) / np.float32(math.sqrt(fan_in)) for shape, fan_in in shapes]
+    shapes = [
+        ((N_HIDDEN, N_IN), N_IN),
+        ((N_HIDDEN,), N_IN),
+        ((N_OUT, N_HIDDEN), N_HIDDEN),
+        ((N_OUT,), N_HIDDEN),
+    ]
+    return [
+        rng.uniform(-1, 1, shape).astype(np.float32) / np.float32(math.sqrt(fan_in))
+        for shape, fan_in in shapes
+    ]
 
 
 class NumpyMLP:
@@ -131,18 +142,24 @@ def symgrad_mlp(params: list[np.ndarray]) -> Callable[[np.ndarray, np.ndarray], 
         opt.zero_grad()
         sg.nn.functional.cross_entropy(model(sg.from_numpy(x)), y).backward()
         opt.step()
+
     return step
 
 
 def torch_mlp(params: list[np.ndarray]) -> Callable[[np.ndarray, np.ndarray], None]:
-    model = torch.nn.Sequential(torch.nn.Linear(N_IN, N_HIDDEN), torch.nn.ReLU(), torch.nn.Linear(N_HIDDEN, N_OUT))
-    model.load_state_dict({k: torch.tensor(p) for k, p in zip(("0.weight", "0.bias", "2.weight", "2.bias"), params)})
+    model = torch.nn.Sequential(
+        torch.nn.Linear(N_IN, N_HIDDEN), torch.nn.ReLU(), torch.nn.Linear(N_HIDDEN, N_OUT)
+    )
+    model.load_state_dict(
+        {k: torch.tensor(p) for k, p in zip(("0.weight", "0.bias", "2.weight", "2.bias"), params)}
+    )
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
 
     def step(x, y):
         opt.zero_grad()
         torch.nn.functional.cross_entropy(model(torch.from_numpy(x)), torch.from_numpy(y)).backward()
         opt.step()
+
     return step
 
 
@@ -151,7 +168,7 @@ def bench_mlp(batch: int, steps: int, repeat: int) -> dict[str, float]:
     rng = np.random.default_rng(0)
     x = rng.random((steps * batch, N_IN), dtype=np.float32)
     y = rng.integers(0, N_OUT, steps * batch)
-    batches = [(x[i:i + batch], y[i:i + batch]) for i in range(0, len(x), batch)]
+    batches = [(x[i : i + batch], y[i : i + batch]) for i in range(0, len(x), batch)]
     params = init_params(rng)
     steppers = {"symgrad": symgrad_mlp(params), "numpy": NumpyMLP(params).step}
     if torch is not None:
@@ -159,7 +176,7 @@ def bench_mlp(batch: int, steps: int, repeat: int) -> dict[str, float]:
     for step in steppers.values():
         step(*batches[0])
     best = dict.fromkeys(steppers, math.inf)
-    for _ in range(repeat):          # interleaved, so that a busy machine slows every column alike
+    for _ in range(repeat):  # interleaved, so that a busy machine slows every column alike
         for name, step in steppers.items():
             start = time.perf_counter()
             for xb, yb in batches:
@@ -170,14 +187,18 @@ def bench_mlp(batch: int, steps: int, repeat: int) -> dict[str, float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=300, help="MLP steps timed per batch size (extrapolated)")
+    parser.add_argument(
+        "--steps", type=int, default=300, help="MLP steps timed per batch size (extrapolated)"
+    )
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--quick", action="store_true", help="100 MLP steps, 2 rounds")
     args = parser.parse_args()
     if args.quick:
         args.steps, args.repeat = 100, 2
 
-    print(f"backend: {sg.get_backend()}; torch: {torch.__version__ if torch is not None else 'not installed'}\n")
+    print(
+        f"backend: {sg.get_backend()}; torch: {torch.__version__ if torch is not None else 'not installed'}\n"
+    )
     print(f"{'elementwise chain (10 elements, fwd+bwd)':<44} {'us':>10}")
     rows = bench_chain(args.repeat)
     for name, seconds in rows:
@@ -186,13 +207,17 @@ def main() -> None:
     if "torch eager op" in per_op:
         ratio = per_op["runtime op, compiled primitives"] / per_op["torch eager op"]
         print(f"{'ratio runtime op / torch eager op':<44} {ratio:>10.2f}")
-    print(f"\n{'MLP 784-128-10, s per 60k epoch':<32} {'symgrad':>9} {'numpy':>9} {'torch':>9} "
-          f"{'sg/numpy':>9} {'sg/torch':>9}")
+    print(
+        f"\n{'MLP 784-128-10, s per 60k epoch':<32} {'symgrad':>9} {'numpy':>9} {'torch':>9} "
+        f"{'sg/numpy':>9} {'sg/torch':>9}"
+    )
     for batch in (32, 256):
         r = bench_mlp(batch, args.steps, args.repeat)
         t = r.get("torch", float("nan"))
-        print(f"{'batch ' + str(batch):<32} {r['symgrad']:>9.3f} {r['numpy']:>9.3f} {t:>9.3f} "
-              f"{r['symgrad'] / r['numpy']:>9.2f} {r['symgrad'] / t:>9.2f}")
+        print(
+            f"{'batch ' + str(batch):<32} {r['symgrad']:>9.3f} {r['numpy']:>9.3f} {t:>9.3f} "
+            f"{r['symgrad'] / r['numpy']:>9.2f} {r['symgrad'] / t:>9.2f}"
+        )
 
 
 if __name__ == "__main__":

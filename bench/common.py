@@ -1,12 +1,13 @@
 """Shared by the bench scripts: timing, optional PyTorch/JAX, and the 20-op elementwise formula."""
+
 from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # run from a checkout without installing
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
 import symgrad as sg  # noqa: E402
 

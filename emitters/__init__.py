@@ -1,17 +1,20 @@
 """Emitters: one printer per target over the same kernel IR, registered by name.
 
-An emitter turns a list of ``symgrad.ir.Kernel`` into the text of one file (``emit_module``) and can show
+An emitter turns a list of ``symgrad.compiler.ir.Kernel`` into the text of one file (``emit_module``) and can show
 the part for one kernel (``emit_function``). Emitters never differentiate; adding a target means adding
 one module here that calls ``register``.
 """
+
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Protocol, Sequence
+from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
-    from symgrad.ir import Kernel
+    from symgrad.compiler.ir import Kernel
+
 
 class ExpressionPrinter:
     """Code-printer mixin: ``doprint`` of one right-hand side, without SymPy's statement machinery (assignment
@@ -31,7 +34,7 @@ class ExpressionPrinter:
 class ModelInfo:
     """Where the kernels come from, for banners."""
 
-    source: str          # 'model.py'
+    source: str  # 'model.py'
     symgrad_version: str
 
 
@@ -42,9 +45,9 @@ class Emitter(Protocol):
     name: str
     filename: str
 
-    def emit_module(self, kernels: Sequence["Kernel"], info: ModelInfo) -> str: ...
+    def emit_module(self, kernels: Sequence[Kernel], info: ModelInfo) -> str: ...
 
-    def emit_function(self, kernel: "Kernel") -> str: ...
+    def emit_function(self, kernel: Kernel) -> str: ...
 
 
 _REGISTRY: dict[str, Callable[[], Emitter]] = {}
@@ -54,6 +57,7 @@ def register(name: str) -> Callable[[Callable[[], Emitter]], Callable[[], Emitte
     def wrap(factory: Callable[[], Emitter]) -> Callable[[], Emitter]:
         _REGISTRY[name] = factory
         return factory
+
     return wrap
 
 
@@ -73,6 +77,7 @@ def names() -> list[str]:
 def _load_builtin() -> None:
     import importlib
     import pkgutil
+
     for info in pkgutil.iter_modules(__path__):
         if not info.name.startswith("_"):
             importlib.import_module(f"{__name__}.{info.name}")

@@ -3,105 +3,152 @@
 
 Kept apart from ``emitters/c.py`` (the printer and emitter) so that each file stays readable.
 """
+
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
-from symgrad.build_c import C_TYPES
+from symgrad import abi
 
 
 @dataclass(frozen=True)
 class DType:
     """How one float type is spelled in C."""
 
-    suffix: str       # function-name suffix: 'f64' / 'f32'
-    ctype: str        # 'double' / 'float'
-    libm: str         # libm name suffix: '' / 'f' (expf)
-    literal: str      # literal suffix: '' / 'F'
+    suffix: str  # function-name suffix: 'f64' / 'f32'
+    ctype: str  # 'double' / 'float'
+    libm: str  # libm name suffix: '' / 'f' (expf)
+    literal: str  # literal suffix: '' / 'F'
 
 
-DTYPES = (DType("f64", "double", "", ""), DType("f32", "float", "f", "F"))
-if tuple(d.ctype for d in DTYPES) != tuple(C_TYPES[d.suffix] for d in DTYPES):   # the backend's view
-    raise ImportError("emitters/_c_text.py and symgrad/build_c.py disagree on the C types")
+_SPELLING = {"f64": ("", ""), "f32": ("f", "F")}  # (libm suffix, literal suffix)
+DTYPES = tuple(DType(suffix, ctype, *_SPELLING[suffix]) for suffix, ctype in abi.C_TYPES.items())
 
 #: SymPy function class name -> libm name (double version; the float one adds 'f').
 LIBM = {
-    "exp": "exp", "log": "log", "sin": "sin", "tan": "tan", "asin": "asin", "acos": "acos",
-    "atan": "atan", "atan2": "atan2", "sinh": "sinh", "cosh": "cosh", "tanh": "tanh", "asinh": "asinh",
-    "acosh": "acosh", "atanh": "atanh", "erf": "erf", "erfc": "erfc", "log1p": "log1p", "expm1": "expm1",
-    "floor": "floor", "ceiling": "ceil", "Abs": "fabs",
+    "exp": "exp",
+    "log": "log",
+    "sin": "sin",
+    "tan": "tan",
+    "asin": "asin",
+    "acos": "acos",
+    "atan": "atan",
+    "atan2": "atan2",
+    "sinh": "sinh",
+    "cosh": "cosh",
+    "tanh": "tanh",
+    "asinh": "asinh",
+    "acosh": "acosh",
+    "atanh": "atanh",
+    "erf": "erf",
+    "erfc": "erfc",
+    "log1p": "log1p",
+    "expm1": "expm1",
+    "floor": "floor",
+    "ceiling": "ceil",
+    "Abs": "fabs",
 }
 #: libm functions glibc's libmvec vectorizes: tier 1 since glibc 2.22, tier 2 since 2.35.
-LIBMVEC_TIER = {"exp": 1, "log": 1, "sin": 1, "cos": 1, "pow": 1,
-                **{f: 2 for f in ("tan", "asin", "acos", "atan", "atan2", "sinh", "cosh", "tanh", "asinh",
-                                  "acosh", "atanh", "erf", "erfc", "log1p", "expm1")}}
+LIBMVEC_TIER = {
+    "exp": 1,
+    "log": 1,
+    "sin": 1,
+    "cos": 1,
+    "pow": 1,
+    **{
+        f: 2
+        for f in (
+            "tan",
+            "asin",
+            "acos",
+            "atan",
+            "atan2",
+            "sinh",
+            "cosh",
+            "tanh",
+            "asinh",
+            "acosh",
+            "atanh",
+            "erf",
+            "erfc",
+            "log1p",
+            "expm1",
+        )
+    },
+}
 _ARITY = {"atan2": 2, "pow": 2}
 
 #: The primitives printed as calls, as helper templates: (libm functions they call, C text). The exp(-|u|)
 #: family (sigmoid, softplus, logsigmoid, logaddexp) never reaches a printer: the lowering writes it out
-#: (``symgrad.primitives.expand_shared_cores``). {T} type, {S} dtype suffix, {f} libm suffix,
+#: (``symgrad.compiler.primitives.expand_shared_cores``). {T} type, {S} dtype suffix, {f} libm suffix,
 #: {one}/{zero}/{half} typed literals.
 HELPERS = {
-    "xlogy": (("log",), """\
+    "xlogy": (
+        ("log",),
+        """\
 /* xlogy(x, y) = x*log(y), and 0 where x == 0 */
 static inline {T} sg_xlogy_{S}({T} x, {T} y)
 {{
     return x == {zero} ? {zero} : x*log{f}(y);
-}}"""),
-    "maximum": ((), """\
+}}""",
+    ),
+    "maximum": (
+        (),
+        """\
 /* maximum(a, b), NaN if either is NaN (as torch.maximum; fmax would drop the NaN) */
 static inline {T} sg_maximum_{S}({T} a, {T} b)
 {{
     return (a > b || a != a) ? a : b;
-}}"""),
-    "minimum": ((), """\
+}}""",
+    ),
+    "minimum": (
+        (),
+        """\
 /* minimum(a, b), NaN if either is NaN */
 static inline {T} sg_minimum_{S}({T} a, {T} b)
 {{
     return (a < b || a != a) ? a : b;
-}}"""),
-    "cos": (("cos",), """\
+}}""",
+    ),
+    "cos": (
+        ("cos",),
+        """\
 /* cos(x) as cos(x + 0): otherwise gcc fuses sin(x) and cos(x) into sincos(), which has no vector version
    and stops the loop from vectorizing (x + 0 only turns -0 into +0, and cos is even) */
 static inline {T} sg_cos_{S}({T} x)
 {{
     return cos{f}(x + {zero});
-}}"""),
-    "tanh": (("expm1",), """\
+}}""",
+    ),
+    "tanh": (
+        ("expm1",),
+        """\
 /* tanh(x) = -expm1(-2|x|)/(2 + expm1(-2|x|)) with the sign of x: within 4 ulp (glibc's vector tanh: 2), and
    for double 1.45x faster (its vector expm1 takes half the time of its vector tanh); float keeps tanhf */
 static inline {T} sg_tanh_{S}({T} x)
 {{
     const {T} e = expm1{f}(-2*fabs{f}(x));
     return copysign{f}(-e/(2 + e), x);
-}}"""),
-    "sign": ((), """\
+}}""",
+    ),
+    "sign": (
+        (),
+        """\
 /* sign(x): -1, 0 or 1; NaN for NaN (as numpy.sign) */
 static inline {T} sg_sign_{S}({T} x)
 {{
     return x > {zero} ? {one} : (x < {zero} ? -{one} : (x == x ? {zero} : x));
-}}"""),
+}}""",
+    ),
 }
 
-#: Object-like macros that <math.h>, <stdint.h> or Python.h (cffi builds include it first) may define, and
-#: the names this file calls or defines: an identifier equal to one of them gets a trailing '_' in C.
-_C_MACROS = frozenset("""
-INFINITY NAN HUGE_VAL HUGE_VALF HUGE_VALL MATH_ERRNO MATH_ERREXCEPT math_errhandling DOMAIN SING OVERFLOW
-UNDERFLOW TLOSS PLOSS X_TLOSS EOF BUFSIZ FILENAME_MAX FOPEN_MAX TMP_MAX L_tmpnam stdin stdout stderr SEEK_SET
-SEEK_CUR SEEK_END EXIT_SUCCESS EXIT_FAILURE RAND_MAX MB_CUR_MAX NULL CHAR_BIT MB_LEN_MAX linux unix i386 i686
-errno sqrt sqrtf pow powf fabs fabsf cbrt cbrtf cos cosf omp_get_thread_num omp_get_num_threads
-""".split()) | frozenset(LIBM.values()) | frozenset(f + "f" for f in LIBM.values())
-_C_MACRO_RE = re.compile(
-    r"_[A-Z_].*|SG_.*|Py.*|PY_.*|HAVE_.*|SIZEOF_.*|ALIGNOF_.*|FP_[A-Z0-9_]+|E[A-Z0-9]{2,}"
-    r"|M_(E|LOG2E|LOG10E|LN2|LN10|PI|PI_2|PI_4|1_PI|2_PI|2_SQRTPI|SQRT2|SQRT1_2)[a-z0-9]*"
-    r"|(U?INT(8|16|32|64|MAX|PTR)?|U?INT_(LEAST|FAST)(8|16|32|64)|SIZE|PTRDIFF|WCHAR|WINT|SIG_ATOMIC|S?CHAR"
-    r"|UCHAR|U?SHRT|U?LONG|U?LLONG|FLT|DBL|LDBL)_[A-Z0-9_]*")
+#: The libm names this file calls: unsafe as identifiers too (see ``symgrad.abi.c_safe``).
+_CALLED = frozenset(LIBM.values()) | frozenset(f + "f" for f in LIBM.values())
 
 
 def c_safe(name: str) -> bool:
-    """False for an identifier that could be a macro or a function this file calls (see ``_C_MACROS``)."""
-    return name not in _C_MACROS and not _C_MACRO_RE.fullmatch(name)
+    """False for an identifier that could be a macro or a function this file calls."""
+    return abi.c_safe(name, _CALLED)
 
 
 def literal(value: float, dtype: DType) -> str:
@@ -112,6 +159,7 @@ def literal(value: float, dtype: DType) -> str:
         return "INFINITY" if value > 0 else "-INFINITY"
     if dtype.literal:
         import numpy
+
         f32 = numpy.float32(value)
         if not numpy.isfinite(f32):
             return "INFINITY" if value > 0 else "-INFINITY"
@@ -155,8 +203,10 @@ static inline int64_t sg_share_hi(int64_t n)
 
 def vector_math_declarations(used: set[str]) -> str:
     """``declare simd`` prototypes for the used libm functions, active when the build defines SG_LIBMVEC."""
-    lines = ["/* glibc's libmvec has SIMD versions of these; <math.h> declares them only under -ffast-math.",
-             "   The build defines SG_LIBMVEC (1: glibc >= 2.22, 2: >= 2.35) when a test compile linked them. */"]
+    lines = [
+        "/* glibc's libmvec has SIMD versions of these; <math.h> declares them only under -ffast-math.",
+        "   The build defines SG_LIBMVEC (1: glibc >= 2.22, 2: >= 2.35) when a test compile linked them. */",
+    ]
     for tier in (1, 2):
         names = sorted(f for f in used if LIBMVEC_TIER.get(f) == tier)
         if not names:

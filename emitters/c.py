@@ -10,28 +10,40 @@ constants. The stable primitives (sigmoid, softplus, ...) are ``static inline`` 
 ternary (only the chosen branch's value reaches the result), small integer and half powers are expanded.
 Each program is a ``static`` loop over rows ``sg_lo..sg_hi-1`` (``SG_SIMD``: ``omp simd``), the exported
 function, which runs it on all OpenMP threads from a size threshold on (``SG_ROWS``), else on one, and
-``..._ptrs``, the same with its arguments as an array of pointers (for ``symgrad.backends.direct``); the
+``..._ptrs``, the same with its arguments as an array of pointers (for ``symgrad.backends.c.direct``); the
 libm functions the file uses get ``declare simd`` prototypes so gcc can call glibc's libmvec; both are
-switched on by the build (``symgrad.build_c``) only when a test compile showed they work.
+switched on by the build (``symgrad.backends.c.cffi_build``) only when a test compile showed they work.
 """
+
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import sympy
 import sympy.printing.c
-from sympy.printing.c import C99CodePrinter
 from sympy.core.mul import _keep_coeff
+from sympy.printing.c import C99CodePrinter
 from sympy.printing.codeprinter import CodePrinter
 from sympy.printing.precedence import PRECEDENCE, precedence
 
-from symgrad.build_c import POINTERS_SUFFIX, prototype
-from symgrad.display import TermOrder
-from symgrad.ir import Kernel, Program, Slot
+from symgrad import abi
+from symgrad.abi import POINTERS_SUFFIX, prototype
+from symgrad.compiler.display import TermOrder
+from symgrad.compiler.ir import Kernel, Program, Slot
 
 from . import ExpressionPrinter, ModelInfo, one_line, register
-from ._c_text import (DTYPES, HELPERS, LIBM, LIBMVEC_TIER, LOOP_MACROS, DType, c_safe, helper, literal,
-                      vector_math_declarations)
+from ._c_text import (
+    DTYPES,
+    HELPERS,
+    LIBM,
+    LIBMVEC_TIER,
+    LOOP_MACROS,
+    DType,
+    c_safe,
+    helper,
+    literal,
+    vector_math_declarations,
+)
 
 __all__ = ["CEmitter", "SymgradCPrinter", "DTYPES", "DType", "c_safe", "cdef", "function_name"]
 
@@ -55,7 +67,8 @@ CALL_COST = 10
 TWO_ROWS_DEPTH = {"f32": 1, "f64": 3}
 #: Functions that print as a compare, a select or one instruction, not a call
 _INLINE_FUNCTIONS = frozenset({"Abs", "Piecewise", "floor", "ceiling"}) | frozenset(
-    name for name, (calls, _) in HELPERS.items() if not calls)
+    name for name, (calls, _) in HELPERS.items() if not calls
+)
 
 
 class SymgradCPrinter(ExpressionPrinter, TermOrder, C99CodePrinter):
@@ -65,11 +78,11 @@ class SymgradCPrinter(ExpressionPrinter, TermOrder, C99CodePrinter):
     functions and ``helpers`` the (helper, dtype suffix) pairs an expression needed, for the file header.
     """
 
-    EXPAND_POW_MAX = 4     # x**4 -> x*x*x*x; beyond, pow()
+    EXPAND_POW_MAX = 4  # x**4 -> x*x*x*x; beyond, pow()
 
     def __init__(self, dtype: DType = DTYPES[0], names: dict | None = None) -> None:
         super().__init__({"strict": True})
-        self.math_macros = {}          # no M_PI: double, and undefined under -std=c99
+        self.math_macros = {}  # no M_PI: double, and undefined under -std=c99
         self.dtype = dtype
         self.names = names or {}
         self.used: set[str] = set()
@@ -167,7 +180,7 @@ class SymgradCPrinter(ExpressionPrinter, TermOrder, C99CodePrinter):
     def _print_Pow(self, expr, rational=False):
         base, e = expr.args
         if e.is_Float and e == int(e):
-            e = sympy.Integer(int(e))          # x**2.0 expands like x**2
+            e = sympy.Integer(int(e))  # x**2.0 expands like x**2
         b = self.parenthesize(base, PRECEDENCE["Pow"])
         one = literal(1.0, self.dtype)
         sqrt = f"sqrt{self.dtype.libm}({self._print(base)})"
@@ -211,8 +224,9 @@ class SymgradCPrinter(ExpressionPrinter, TermOrder, C99CodePrinter):
     def _print_Piecewise(self, expr):
         """Nested ternaries: only the chosen branch's value reaches the result (select, not multiply)."""
         *branches, (last, cond) = expr.args
-        text = self._print(last) if cond == sympy.true else \
-            f"({self._print(cond)} ? {self._print(last)} : NAN)"
+        text = (
+            self._print(last) if cond == sympy.true else f"({self._print(cond)} ? {self._print(last)} : NAN)"
+        )
         for value, c in reversed(branches):
             text = f"({self._print(c)} ? {self._print(value)} : {text})"
         return text
@@ -245,21 +259,25 @@ class SymgradCPrinter(ExpressionPrinter, TermOrder, C99CodePrinter):
 
     def _print_Function(self, expr):
         raise sympy.printing.codeprinter.PrintMethodNotImplementedError(
-            f"the C emitter cannot print {type(expr).__name__} (in {expr})")
+            f"the C emitter cannot print {type(expr).__name__} (in {expr})"
+        )
 
 
 # Functions the class does not print itself: refused unless this printer knows how to type them (libm calls,
 # then helpers, each table overriding the one before).
 _OWN = set(vars(SymgradCPrinter))
-for _table, _method in ((sympy.printing.c.known_functions_C99, SymgradCPrinter._print_Function),
-                        (LIBM, SymgradCPrinter._print_libm), (HELPERS, SymgradCPrinter._print_helper)):
+for _table, _method in (
+    (sympy.printing.c.known_functions_C99, SymgradCPrinter._print_Function),
+    (LIBM, SymgradCPrinter._print_libm),
+    (HELPERS, SymgradCPrinter._print_helper),
+):
     for _name in _table:
         if f"_print_{_name}" not in _OWN:
             setattr(SymgradCPrinter, f"_print_{_name}", _method)
 
 
 def function_name(kernel: Kernel, program: Program, dtype: DType) -> str:
-    return f"{kernel.name}__{program.name}_{dtype.suffix}"
+    return abi.kernel_symbol(kernel.name, program.name, dtype.suffix)
 
 
 def _comment(text: str) -> str:
@@ -268,7 +286,7 @@ def _comment(text: str) -> str:
 
 def _is_call(node: sympy.Basic) -> bool:
     """Whether ``node`` prints as a call of a math function (sin, exp, a helper that calls log, pow, ...)."""
-    if isinstance(node, sympy.Pow):         # integer and half powers print as products and sqrt
+    if isinstance(node, sympy.Pow):  # integer and half powers print as products and sqrt
         e = node.exp
         return not (e.is_number and e.is_extended_real and float(2 * e).is_integer())
     return isinstance(node, sympy.Function) and type(node).__name__ not in _INLINE_FUNCTIONS
@@ -344,8 +362,9 @@ def _index(slot: Slot, k: int, row: str) -> str:
     return row if slot.size == 1 else f"{row}*{slot.size} + {k}"
 
 
-def _statements(program: Program, dtype: DType, p: SymgradCPrinter, cname: _Names, row: str,
-                local: Callable[[str], str]) -> list[tuple[str, bool]]:
+def _statements(
+    program: Program, dtype: DType, p: SymgradCPrinter, cname: _Names, row: str, local: Callable[[str], str]
+) -> list[tuple[str, bool]]:
     """The loop body for row ``row`` (``i`` or ``j``), locals named by ``local`` (comments only on ``i``):
     (statement, whether it loads or stores an array element)."""
     names: dict[sympy.Symbol, str] = {}
@@ -355,7 +374,7 @@ def _statements(program: Program, dtype: DType, p: SymgradCPrinter, cname: _Name
         array = cname(slot.name)
         for k, sym in enumerate(slot.symbols):
             if slot.uniform:
-                names[sym] = array                      # a number passed by value
+                names[sym] = array  # a number passed by value
             elif not slot.shape:
                 names[sym] = f"{array}[{row}]"
             elif sym in used:
@@ -398,8 +417,9 @@ class CEmitter:
     name = "c"
     filename = "kernels.c"
 
-    def emit_program(self, kernel: Kernel, program: Program, dtype: DType,
-                     printer: SymgradCPrinter | None = None) -> str:
+    def emit_program(
+        self, kernel: Kernel, program: Program, dtype: DType, printer: SymgradCPrinter | None = None
+    ) -> str:
         cname = _Names(program)
         p = printer or SymgradCPrinter(dtype)
         first = _statements(program, dtype, p, cname, "i", lambda name: name)
@@ -409,35 +429,44 @@ class CEmitter:
             lines = ["const int64_t j = i + sg_skip;", *_interleave(first, second)]
         else:
             lines = [line for line, _ in first]
-        params = [f"const {dtype.ctype} {cname(s.name)}" if s.uniform else
-                  f"const {dtype.ctype} *restrict {cname(s.name)}" for s in program.inputs]
+        params = [
+            f"const {dtype.ctype} {cname(s.name)}"
+            if s.uniform
+            else f"const {dtype.ctype} *restrict {cname(s.name)}"
+            for s in program.inputs
+        ]
         params += [f"{dtype.ctype} *restrict {cname(s.name)}" for s in program.outputs]
         name = function_name(kernel, program, dtype)
         slots = (*program.inputs, *program.outputs)
         args = ", ".join(cname(s.name) for s in slots)
         # the pointer-array entry: every argument as p[k], a uniform input as a pointer to its value
-        unpacked = ", ".join(f"*(const {dtype.ctype} *)p[{k}]" if s.uniform else f"p[{k}]"
-                             for k, s in enumerate(slots))
+        unpacked = ", ".join(
+            f"*(const {dtype.ctype} *)p[{k}]" if s.uniform else f"p[{k}]" for k, s in enumerate(slots)
+        )
         body = "\n".join(f"        {line}" for line in lines)
         title = f"{program.name} of {_comment(kernel.name)} [{_comment(kernel.origin)}], {dtype.ctype}"
         rows = prototype("sg_rows_" + name, params, "static SG_NOINLINE void", "int64_t sg_lo, int64_t sg_hi")
         if two:
-            loop = ("    /* two rows per iteration, i from the first half and j from the second (an odd count does its\n"
-                    "       middle row twice): their chains of math calls overlap in the CPU */\n"
-                    "    const int64_t sg_half = (sg_hi - sg_lo + 1)/2;\n"
-                    "    const int64_t sg_skip = sg_hi - sg_lo - sg_half;\n"
-                    "    SG_SIMD\n"
-                    "    for (int64_t i = sg_lo; i < sg_lo + sg_half; ++i) {\n")
+            loop = (
+                "    /* two rows per iteration, i from the first half and j from the second (an odd count does its\n"
+                "       middle row twice): their chains of math calls overlap in the CPU */\n"
+                "    const int64_t sg_half = (sg_hi - sg_lo + 1)/2;\n"
+                "    const int64_t sg_skip = sg_hi - sg_lo - sg_half;\n"
+                "    SG_SIMD\n"
+                "    for (int64_t i = sg_lo; i < sg_lo + sg_half; ++i) {\n"
+            )
         else:
             loop = "    SG_SIMD\n    for (int64_t i = sg_lo; i < sg_hi; ++i) {\n"
-        return (f"/* {title}: rows sg_lo to sg_hi - 1 */\n"
-                f"{rows}\n{{\n{loop}{body}\n    }}\n}}\n\n"
-                f"/* {title} */\n"
-                f"{prototype(name, params)}\n{{\n"
-                f"    SG_ROWS({_parallel_min_rows(program, dtype)}, sg_rows_{name}, {args});\n}}\n\n"
-                f"/* {title}: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */\n"
-                f"void {name}{POINTERS_SUFFIX}(int64_t n, void *const *p)\n{{\n"
-                f"    {name}(n, {unpacked});\n}}")
+        return (
+            f"/* {title}: rows sg_lo to sg_hi - 1 */\n"
+            f"{rows}\n{{\n{loop}{body}\n    }}\n}}\n\n"
+            f"/* {title} */\n"
+            f"{prototype(name, params)}\n{{\n"
+            f"    SG_ROWS({_parallel_min_rows(program, dtype)}, sg_rows_{name}, {args});\n}}\n\n"
+            f"/* {title}: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */\n"
+            f"void {name}{POINTERS_SUFFIX}(int64_t n, void *const *p)\n{{\n"
+            f"    {name}(n, {unpacked});\n}}"
+        )
 
     def __init__(self) -> None:
         self._printed: dict[int, tuple[Kernel, str, set, set]] = {}
@@ -448,11 +477,17 @@ class CEmitter:
         hit = self._printed.get(id(kernel))
         if hit is None or hit[0] is not kernel:
             printers = {d.suffix: SymgradCPrinter(d) for d in DTYPES}
-            text = "\n\n".join(self.emit_program(kernel, program, dtype, printers[dtype.suffix])
-                                for dtype in DTYPES for program in kernel.programs)
+            text = "\n\n".join(
+                self.emit_program(kernel, program, dtype, printers[dtype.suffix])
+                for dtype in DTYPES
+                for program in kernel.programs
+            )
             hit = self._printed[id(kernel)] = (
-                kernel, text, set().union(*(p.used for p in printers.values())),
-                set().union(*(p.helpers for p in printers.values())))
+                kernel,
+                text,
+                set().union(*(p.used for p in printers.values())),
+                set().union(*(p.helpers for p in printers.values())),
+            )
         return hit[1], hit[2], hit[3]
 
     def emit_function(self, kernel: Kernel) -> str:
@@ -494,16 +529,10 @@ class CEmitter:
 
 
 def cdef(kernels: Sequence[Kernel]) -> str:
-    """The cffi ``cdef`` of a module: per kernel, program and dtype, the kernel and its pointer-array entry."""
-    lines = []
-    for k in kernels:
-        for d in DTYPES:
-            for p in k.programs:
-                name = function_name(k, p, d)
-                lines.append(prototype(name, [f"const {d.ctype}" if s.uniform else f"const {d.ctype} *"
-                                              for s in p.inputs] + [f"{d.ctype} *"] * len(p.outputs)) + ";")
-                lines.append(f"void {name}{POINTERS_SUFFIX}(int64_t n, void *const *p);")
-    return "\n".join(lines)
+    """The cffi ``cdef`` of a module (``symgrad.abi.cdef`` over the kernels' programs)."""
+    return abi.cdef(
+        (k.name, p.name, [s.uniform for s in p.inputs], len(p.outputs)) for k in kernels for p in k.programs
+    )
 
 
 register("c")(CEmitter)

@@ -3,12 +3,13 @@
 One entry per function: its signature, its forward formula, and for each argument the vjp formula
 (``grad`` is the incoming gradient). Entries whose closed form is too large say so and point at the program.
 """
+
 from __future__ import annotations
 
 import json
-from typing import Sequence
+from collections.abc import Sequence
 
-from symgrad.ir import Kernel, Slot
+from symgrad.compiler.ir import Kernel, Slot
 
 from . import ModelInfo, one_line, register
 
@@ -18,7 +19,7 @@ def _type(slot: Slot) -> str:
 
 
 def _quote(text: str) -> str:
-    return json.dumps(text)          # a JSON string is a valid YAML double-quoted scalar
+    return json.dumps(text)  # a JSON string is a valid YAML double-quoted scalar
 
 
 class YamlEmitter:
@@ -36,7 +37,9 @@ class YamlEmitter:
         for arg, text in kernel.derivatives:
             shown = text or f"derived program of {ops['vjp']} ops (see `symgrad show`)"
             lines.append(f"  {arg}: {_quote(shown)}")
-        lines.append(f"  ops: {{forward: {ops['forward']}, vjp: {ops['vjp']}, value_and_vjp: {ops['value_and_vjp']}}}")
+        lines.append(
+            f"  ops: {{forward: {ops['forward']}, vjp: {ops['vjp']}, value_and_vjp: {ops['value_and_vjp']}}}"
+        )
         return "\n".join(lines)
 
     def emit_module(self, kernels: Sequence[Kernel], info: ModelInfo) -> str:

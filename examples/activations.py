@@ -1,4 +1,5 @@
 """Symbolic activations for ``mlp_digits.py``: symgrad derives and compiles their gradients."""
+
 import symgrad as sg
 
 

@@ -13,20 +13,23 @@ blocks straight into the values of ADBench's sparse Jacobian. Compile and inspec
     symgrad show examples/ba_model.py ba_residual
     symgrad check examples/ba_model.py
 """
+
 import symgrad as sg
 
 
 def rodrigues_rotate(r, Y):
     """Rotate ``Y`` by the axis-angle vector ``r``; ADBench's guard on sum(r^2) != 0 (exactly)."""
     theta2 = r.dot(r)
-    theta = sg.sqrt(theta2)     # 0 at r = 0: the untaken branch's inf/NaN never reaches value or gradient
+    theta = sg.sqrt(theta2)  # 0 at r = 0: the untaken branch's inf/NaN never reaches value or gradient
     cos_t, sin_t = sg.cos(theta), sg.sin(theta)
     v = r / theta
     vxY = v.cross(Y)
     vY = v.dot(Y)
-    small = Y + r.cross(Y)      # first-order rotation at theta = 0
-    return [sg.where(sg.Ne(theta2, 0), Y[k] * cos_t + vxY[k] * sin_t + v[k] * vY * (1 - cos_t), small[k])
-            for k in range(3)]
+    small = Y + r.cross(Y)  # first-order rotation at theta = 0
+    return [
+        sg.where(sg.Ne(theta2, 0), Y[k] * cos_t + vxY[k] * sin_t + v[k] * vY * (1 - cos_t), small[k])
+        for k in range(3)
+    ]
 
 
 def project(cam, X):
@@ -38,7 +41,7 @@ def project(cam, X):
     Xc = rodrigues_rotate(r, X - C)
     u = [Xc[0] / Xc[2], Xc[1] / Xc[2]]
     s = u[0] ** 2 + u[1] ** 2
-    distortion = 1 + k1 * s + k2 * s ** 2
+    distortion = 1 + k1 * s + k2 * s**2
     return [f * u[k] * distortion + x0[k] for k in range(2)]
 
 
@@ -53,4 +56,4 @@ def ba_residual(cam: sg.Vector(11), X: sg.Vector(3), w, feat: sg.Vector(2)):
 @sg.function
 def ba_weight_error(w):
     """ADBench's weight term 1 - w^2 (its derivative -2w fills the last p rows of J)."""
-    return 1 - w ** 2
+    return 1 - w**2

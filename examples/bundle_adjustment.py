@@ -14,6 +14,7 @@ feature is declared ``nondiff``, so it has no columns) and writes the blocks str
     python examples/bundle_adjustment.py                  # a small perturbed instance, timings
     python examples/bundle_adjustment.py data/ba/ba1_n49_m7776_p31843.txt    # an ADBench file
 """
+
 from __future__ import annotations
 
 import argparse
@@ -30,7 +31,7 @@ import symgrad as sg  # noqa: E402
 
 MODEL = Path(__file__).resolve().parent / "ba_model.py"
 N_CAM, N_PT = 11, 3
-BLOCK = N_CAM + N_PT + 1          # nonzeros of one reprojection row
+BLOCK = N_CAM + N_PT + 1  # nonzeros of one reprojection row
 
 _model = None
 
@@ -45,13 +46,14 @@ def model(force: bool = False):
 
 # -- the sparse Jacobian --------------------------------------------------------------------------------
 
+
 @dataclass
 class BASparseMat:
     """ADBench's BA Jacobian in CSR form (``rows`` of ADBench's BASparseMat is ``indptr`` here)."""
 
-    indptr: np.ndarray     # (nrows + 1,)
-    indices: np.ndarray    # (nnz,) column of each value, ascending within a row
-    data: np.ndarray       # (nnz,) values, row-major
+    indptr: np.ndarray  # (nrows + 1,)
+    indices: np.ndarray  # (nnz,) column of each value, ascending within a row
+    data: np.ndarray  # (nnz,) values, row-major
     shape: tuple[int, int]
 
     @property
@@ -67,6 +69,7 @@ class BASparseMat:
     def to_scipy(self):
         """The same matrix as ``scipy.sparse.csr_matrix`` (no copy of the arrays)."""
         from scipy.sparse import csr_matrix
+
         return csr_matrix((self.data, self.indices, self.indptr), shape=self.shape)
 
 
@@ -83,24 +86,25 @@ def ba_structure(n: int, m: int, obs: np.ndarray) -> tuple[np.ndarray, np.ndarra
     p = obs.shape[0]
     shape = (3 * p, N_CAM * n + N_PT * m + p)
     itype = _index_dtype(shape[1], 31 * p)
-    w0 = N_CAM * n + N_PT * m                                   # first weight column
-    table = np.zeros((n + m, BLOCK), itype)                     # camera rows, then point rows
+    w0 = N_CAM * n + N_PT * m  # first weight column
+    table = np.zeros((n + m, BLOCK), itype)  # camera rows, then point rows
     table[:n, :N_CAM] = np.arange(N_CAM * n, dtype=itype).reshape(n, N_CAM)
-    table[n:, N_CAM:N_CAM + N_PT] = np.arange(N_CAM * n, w0, dtype=itype).reshape(m, N_PT)
+    table[n:, N_CAM : N_CAM + N_PT] = np.arange(N_CAM * n, w0, dtype=itype).reshape(m, N_PT)
     cols = np.take(table, obs[:, 0], axis=0)
     cols += np.take(table, obs[:, 1] + n, axis=0)
     indices = np.empty(31 * p, itype)
-    weight_rows = indices[30 * p:]
+    weight_rows = indices[30 * p :]
     weight_rows[:] = np.arange(w0, w0 + p, dtype=itype)
     cols[:, -1] = weight_rows
-    indices[:30 * p].reshape(p, 2, BLOCK)[:] = cols[:, None, :]
+    indices[: 30 * p].reshape(p, 2, BLOCK)[:] = cols[:, None, :]
     indptr = np.empty(3 * p + 1, itype)
-    indptr[:2 * p + 1] = np.arange(0, 30 * p + 1, BLOCK, dtype=itype)
-    indptr[2 * p + 1:] = np.arange(30 * p + 1, 31 * p + 1, dtype=itype)
+    indptr[: 2 * p + 1] = np.arange(0, 30 * p + 1, BLOCK, dtype=itype)
+    indptr[2 * p + 1 :] = np.arange(30 * p + 1, 31 * p + 1, dtype=itype)
     return indptr, indices, shape
 
 
 # -- objective and Jacobian -------------------------------------------------------------------------------
+
 
 def _gather(cams, X, obs):
     obs = np.asarray(obs)
@@ -129,11 +133,13 @@ def ba_jacobian(cams, X, w, feats, obs, structure=None) -> tuple[np.ndarray, np.
     p = w.shape[0]
     cam_o, X_o = _gather(cams, X, obs)
     dtype = np.result_type(cam_o, X_o, w, feats)
-    w = w.astype(dtype, copy=False)                 # the weight term's buffers have the common dtype too
+    w = w.astype(dtype, copy=False)  # the weight term's buffers have the common dtype too
     data = np.empty(31 * p, dtype)
     reproj_err = np.empty((p, 2), dtype)
-    ba_residual_blocks(cam_o, X_o, w, feats, out=(reproj_err, data[:30 * p].reshape(p, 2, BLOCK)))
-    w_err, _ = model().ba_weight_error.value_and_jacobian(w, out=(np.empty(p, dtype), data[30 * p:].reshape(p, 1, 1)))
+    ba_residual_blocks(cam_o, X_o, w, feats, out=(reproj_err, data[: 30 * p].reshape(p, 2, BLOCK)))
+    w_err, _ = model().ba_weight_error.value_and_jacobian(
+        w, out=(np.empty(p, dtype), data[30 * p :].reshape(p, 1, 1))
+    )
     shape = (3 * p, N_CAM * cams.shape[0] + N_PT * X.shape[0] + p)
     if structure is None:
         indptr, indices, shape = ba_structure(cams.shape[0], X.shape[0], obs)
@@ -144,6 +150,7 @@ def ba_jacobian(cams, X, w, feats, obs, structure=None) -> tuple[np.ndarray, np.
 
 # -- data: ADBench's file format and perturbed instances -------------------------------------------------
 
+
 def read_ba_instance(path: str | Path):
     """Load an ADBench BA file: (cams (n,11), X (m,3), w (p,), feats (p,2), obs (p,2)).
 
@@ -151,7 +158,7 @@ def read_ba_instance(path: str | Path):
     replicated and observation i is (camera i mod n, point i mod m)."""
     tokens = Path(path).read_text().split()
     n, m, p = (int(t) for t in tokens[:3])
-    values = np.array(tokens[3:3 + N_CAM + N_PT + 1 + 2], dtype=np.float64)
+    values = np.array(tokens[3 : 3 + N_CAM + N_PT + 1 + 2], dtype=np.float64)
     cam, pt, weight, feat = values[:11], values[11:14], values[14], values[15:17]
     return replicated_instance(n, m, p, cam, pt, weight, feat)
 
@@ -180,12 +187,12 @@ def make_instance(n: int, m: int, p: int, seed: int = 0, jitter: float = 0.1):
     rng = np.random.default_rng(seed)
     cams, X, w, feats, obs = replicated_instance(n, m, p, BASE_CAMERA, BASE_POINT, BASE_WEIGHT, BASE_FEATURE)
     cams = cams.copy()
-    cams[:, :3] += jitter * rng.normal(size=(n, 3))                 # rotations
-    cams[:, 3:6] += jitter * rng.normal(size=(n, 3))                # centres
-    cams[:, 6] *= 1 + jitter * rng.normal(size=n)                   # focal length
-    cams[:, 7:9] += jitter * rng.normal(size=(n, 2))                # principal point
-    cams[:, 9] += 1e-2 * jitter * rng.normal(size=n)                # k1 (keep the distortion moderate)
-    cams[:, 10] += 1e-3 * jitter * rng.normal(size=n)               # k2
+    cams[:, :3] += jitter * rng.normal(size=(n, 3))  # rotations
+    cams[:, 3:6] += jitter * rng.normal(size=(n, 3))  # centres
+    cams[:, 6] *= 1 + jitter * rng.normal(size=n)  # focal length
+    cams[:, 7:9] += jitter * rng.normal(size=(n, 2))  # principal point
+    cams[:, 9] += 1e-2 * jitter * rng.normal(size=n)  # k1 (keep the distortion moderate)
+    cams[:, 10] += 1e-3 * jitter * rng.normal(size=n)  # k2
     X = X + jitter * rng.normal(size=X.shape)
     w = w + jitter * rng.normal(size=p)
     feats = feats + 10 * jitter * rng.normal(size=feats.shape)
@@ -193,6 +200,7 @@ def make_instance(n: int, m: int, p: int, seed: int = 0, jitter: float = 0.1):
 
 
 # -- demo ------------------------------------------------------------------------------------------------
+
 
 def _best(fn, repeat: int) -> float:
     fn()
@@ -227,7 +235,7 @@ def main(argv: list[str] | None = None) -> None:
     _, _, J = ba_jacobian(*data)
     t_obj = _best(lambda: ba_objective(*data), args.repeat)
     t_jac = _best(lambda: ba_jacobian(*data), args.repeat)
-    print(f"  residual norm  {np.sqrt((reproj_err ** 2).sum() + (w_err ** 2).sum()):.6g}")
+    print(f"  residual norm  {np.sqrt((reproj_err**2).sum() + (w_err**2).sum()):.6g}")
     print(f"  Jacobian       {J.shape[0]} x {J.shape[1]}, nnz {J.nnz}")
     print(f"  objective      {t_obj * 1e3:8.3f} ms")
     print(f"  Jacobian       {t_jac * 1e3:8.3f} ms   (Jacobian / objective = {t_jac / t_obj:.2f})")

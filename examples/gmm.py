@@ -18,6 +18,7 @@ from B back to (q, l, mu) written out below.
 
     python examples/gmm.py --d 10 --K 25 --n 10000      # value, gradient check, timings
 """
+
 from __future__ import annotations
 
 import argparse
@@ -32,12 +33,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import gmm_model  # noqa: E402
+
 import symgrad as sg  # noqa: E402
 
 
 def log_gamma_distrib(a: float, d: int) -> float:
     """ln Gamma_d(a), the multivariate log-gamma function."""
-    return 0.25 * d * (d - 1) * math.log(math.pi) + sum(math.lgamma(a + 0.5 * (1 - j)) for j in range(1, d + 1))
+    return 0.25 * d * (d - 1) * math.log(math.pi) + sum(
+        math.lgamma(a + 0.5 * (1 - j)) for j in range(1, d + 1)
+    )
 
 
 def wishart_constant(d: int, gamma: float, m: float) -> float:
@@ -86,30 +90,33 @@ class _Parts:
         self.x_aug = np.empty((n, d + 1))
         self.x_aug[:, :d] = x
         self.x_aug[:, d] = 1.0
-        self.z = (self.x_aug @ B).reshape(n, K, d)          # z[i, k] = Q_k (x_i - mu_k)
+        self.z = (self.x_aug @ B).reshape(n, K, d)  # z[i, k] = Q_k (x_i - mu_k)
         self.c = alphas + self.q.sum(axis=1)
         self.kernel = gmm_model.component_logit(d).compiled()
-        self.logits = self.kernel(self.z, self.c)            # (n, K)
+        self.logits = self.kernel(self.z, self.c)  # (n, K)
 
     def value(self, gamma: float, m: float) -> float:
         n, d, K = self.n, self.d, self.K
-        self.lse = _lse(self.logits)                        # (n,)
-        prior = (0.5 * gamma ** 2 * ((self.exp_q ** 2).sum() + (self.l ** 2).sum()) - m * self.q.sum()
-                 - K * wishart_constant(d, gamma, m))
+        self.lse = _lse(self.logits)  # (n,)
+        prior = (
+            0.5 * gamma**2 * ((self.exp_q**2).sum() + (self.l**2).sum())
+            - m * self.q.sum()
+            - K * wishart_constant(d, gamma, m)
+        )
         return float(-0.5 * n * d * math.log(2 * math.pi) + self.lse.sum() - n * _lse(self.alphas) + prior)
 
     def gradient(self, gamma: float, m: float) -> np.ndarray:
         n, d, K = self.n, self.d, self.K
-        P = np.exp(self.logits - self.lse[:, None])          # posteriors: d f / d a_ik
-        dz, dc = self.kernel.vjp(self.z, self.c, P)          # dz = -P z (n, K, d); dc = sum_i P_ik (K,)
-        dB = self.x_aug.T @ dz.reshape(n, K * d)            # (d + 1, K d)
-        dQ = dB[:d].reshape(d, K, d).transpose(1, 2, 0).copy()     # dQ[k, r, c] = dB[c, k*d + r]
-        dv = -dB[d].reshape(K, d)                            # v_k = Q_k mu_k
+        P = np.exp(self.logits - self.lse[:, None])  # posteriors: d f / d a_ik
+        dz, dc = self.kernel.vjp(self.z, self.c, P)  # dz = -P z (n, K, d); dc = sum_i P_ik (K,)
+        dB = self.x_aug.T @ dz.reshape(n, K * d)  # (d + 1, K d)
+        dQ = dB[:d].reshape(d, K, d).transpose(1, 2, 0).copy()  # dQ[k, r, c] = dB[c, k*d + r]
+        dv = -dB[d].reshape(K, d)  # v_k = Q_k mu_k
         dQ += dv[:, :, None] * self.means[:, None, :]
-        d_means = np.einsum("krc,kr->kc", self.Q, dv)        # Q_k^T dv_k
+        d_means = np.einsum("krc,kr->kc", self.Q, dv)  # Q_k^T dv_k
         diag = np.arange(d)
-        d_q = dQ[:, diag, diag] * self.exp_q + dc[:, None] + gamma ** 2 * self.exp_q ** 2 - m
-        d_l = dQ[:, self.rows, self.cols] + gamma ** 2 * self.l
+        d_q = dQ[:, diag, diag] * self.exp_q + dc[:, None] + gamma**2 * self.exp_q**2 - m
+        d_l = dQ[:, self.rows, self.cols] + gamma**2 * self.l
         softmax_alpha = np.exp(self.alphas - _lse(self.alphas))
         d_alphas = dc - n * softmax_alpha
         return np.concatenate([d_alphas, d_means.reshape(-1), np.concatenate([d_q, d_l], axis=1).reshape(-1)])
@@ -140,7 +147,7 @@ def make_instance(d: int, K: int, n: int, seed: int = 0):
 def split_gradient(grad: np.ndarray, d: int, K: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The flat gradient as (d_alphas (K,), d_means (K, d), d_icf (K, d(d+1)/2))."""
     T = d * (d + 1) // 2
-    return grad[:K], grad[K:K + K * d].reshape(K, d), grad[K + K * d:].reshape(K, T)
+    return grad[:K], grad[K : K + K * d].reshape(K, d), grad[K + K * d :].reshape(K, T)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -156,8 +163,10 @@ def main(argv: list[str] | None = None) -> None:
     data = make_instance(args.d, args.K, args.n)
     t0 = time.perf_counter()
     value = gmm_objective(*data)
-    print(f"GMM d={args.d} K={args.K} n={args.n}: objective {value:.10g} "
-          f"(first call, incl. compiling the kernel: {time.perf_counter() - t0:.2f} s, backend {sg.get_backend()})")
+    print(
+        f"GMM d={args.d} K={args.K} n={args.n}: objective {value:.10g} "
+        f"(first call, incl. compiling the kernel: {time.perf_counter() - t0:.2f} s, backend {sg.get_backend()})"
+    )
 
     def best(fn):
         fn()
@@ -170,8 +179,10 @@ def main(argv: list[str] | None = None) -> None:
 
     t_obj = best(lambda: gmm_objective(*data))
     t_grad = best(lambda: gmm_gradient(*data))
-    print(f"  best wall time: objective {t_obj * 1e3:8.2f} ms   gradient {t_grad * 1e3:8.2f} ms   "
-          f"ratio {t_grad / t_obj:.2f}")
+    print(
+        f"  best wall time: objective {t_obj * 1e3:8.2f} ms   gradient {t_grad * 1e3:8.2f} ms   "
+        f"ratio {t_grad / t_obj:.2f}"
+    )
 
 
 if __name__ == "__main__":

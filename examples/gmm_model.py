@@ -18,7 +18,7 @@ import functools  # (no `from __future__ import annotations`: the Vector sizes a
 import symgrad as sg
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def component_logit(d: int):
     """``gmm_logit_d{d}(z: Vector(d), c) = c - 1/2 z.z`` (one (point, component) pair)."""
 

@@ -5,6 +5,7 @@
 ``--mnist PATH`` trains on MNIST instead: a directory with the four IDX files (optionally .gz) or an .npz
 with x_train, y_train, x_test, y_test. The activation comes from ``activations.py`` via ``sg.compile``.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -19,13 +20,19 @@ import numpy as np
 import symgrad as sg
 
 HERE = Path(__file__).resolve().parent
-IDX_NAMES = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")
+IDX_NAMES = (
+    "train-images-idx3-ubyte",
+    "train-labels-idx1-ubyte",
+    "t10k-images-idx3-ubyte",
+    "t10k-labels-idx1-ubyte",
+)
 
 
 def load_digits(seed: int) -> tuple[np.ndarray, ...]:
     """sklearn's 1,797 8x8 digits scaled to [0, 1], split 80/20 per class."""
     from sklearn.datasets import load_digits as sklearn_digits
     from sklearn.model_selection import train_test_split
+
     data = sklearn_digits()
     x = (data.data / 16.0).astype(np.float32)
     return tuple(train_test_split(x, data.target, test_size=0.2, stratify=data.target, random_state=seed))
@@ -39,7 +46,7 @@ def read_idx(path: Path) -> np.ndarray:
     zero, dtype_code, ndim = struct.unpack(">HBB", raw[:4])
     if zero != 0 or dtype_code != 0x08:
         raise ValueError(f"{path}: not an unsigned-byte IDX file")
-    shape = struct.unpack(f">{ndim}I", raw[4:4 + 4 * ndim])
+    shape = struct.unpack(f">{ndim}I", raw[4 : 4 + 4 * ndim])
     return np.frombuffer(raw, np.uint8, offset=4 + 4 * ndim).reshape(shape)
 
 
@@ -49,11 +56,13 @@ def load_mnist(path: Path) -> tuple[np.ndarray, ...]:
         with np.load(path) as f:
             arrays = f["x_train"], f["x_test"], f["y_train"], f["y_test"]
     else:
+
         def find(name: str) -> Path:
             for candidate in (path / name, path / f"{name}.gz", path / name.replace("-idx", ".idx")):
                 if candidate.exists():
                     return candidate
             raise FileNotFoundError(f"{path}: no {name}[.gz]")
+
         xtr, ytr, xte, yte = (read_idx(find(n)) for n in IDX_NAMES)
         arrays = xtr, xte, ytr, yte
     xtr, xte, ytr, yte = arrays
@@ -86,11 +95,14 @@ def main(argv: list[str] | None = None) -> float:
 
     np.random.seed(args.seed)
     x_train, x_test, y_train, y_test = load_mnist(args.mnist) if args.mnist else load_digits(args.seed)
-    mean, std = x_train.mean(axis=0), x_train.std(axis=0) + 0.1   # per-pixel standardisation (train stats)
+    mean, std = x_train.mean(axis=0), x_train.std(axis=0) + 0.1  # per-pixel standardisation (train stats)
     x_train, x_test = (x_train - mean) / std, (x_test - mean) / std
     activation = getattr(sg.compile(HERE / "activations.py"), args.activation)
-    model = sg.nn.Sequential(sg.nn.Linear(x_train.shape[1], args.hidden), sg.nn.Activation(activation),
-                             sg.nn.Linear(args.hidden, 10))
+    model = sg.nn.Sequential(
+        sg.nn.Linear(x_train.shape[1], args.hidden),
+        sg.nn.Activation(activation),
+        sg.nn.Linear(args.hidden, 10),
+    )
     optimizer = sg.optim.Adam(model.parameters(), lr=args.lr)
     print(f"{len(x_train)} training / {len(x_test)} test samples, model {model}")
 
@@ -100,18 +112,22 @@ def main(argv: list[str] | None = None) -> float:
         order = np.random.permutation(n)
         total = 0.0
         for done, i in enumerate(range(0, n, args.batch_size), 1):
-            batch = order[i:i + args.batch_size]
+            batch = order[i : i + args.batch_size]
             optimizer.zero_grad()
             loss = sg.nn.functional.cross_entropy(model(sg.from_numpy(x_train[batch])), y_train[batch])
             loss.backward()
             optimizer.step()
             total += loss.item() * len(batch)
             if done % 10 == 0 or i + args.batch_size >= n:
-                progress(epoch, args.epochs, min(i + args.batch_size, n), n, total / min(i + args.batch_size, n))
+                progress(
+                    epoch, args.epochs, min(i + args.batch_size, n), n, total / min(i + args.batch_size, n)
+                )
         print(f"  test accuracy {accuracy(model, x_test, y_test):.4f}")
     final = accuracy(model, x_test, y_test)
-    print(f"final test accuracy {final:.4f} ({args.activation}, {args.epochs} epochs, "
-          f"{time.perf_counter() - start:.1f} s)")
+    print(
+        f"final test accuracy {final:.4f} ({args.activation}, {args.epochs} epochs, "
+        f"{time.perf_counter() - start:.1f} s)"
+    )
     return final
 
 

@@ -3,7 +3,9 @@
     symgrad compile examples/model.py     # -> examples/model_symgrad/
     symgrad show examples/model.py softplus
     symgrad check examples/model.py
+Each function is traced once with SymPy symbols; nothing here runs numerically.
 """
+
 import symgrad as sg
 
 
@@ -26,7 +28,7 @@ def softplus(x):
 
 @sg.function
 def blend(x, y):
-    return sg.sin(x) * sg.exp(-y**2) + sg.log(1 + x**2 * y**2)
+    return sg.sin(x) * sg.exp(-(y**2)) + sg.log(1 + x**2 * y**2)
 
 
 @sg.function

@@ -16,6 +16,7 @@ runs ``symgrad check`` against the hand-written backward (NumPy transcription:
 
 and trains the MLP with the symgrad op (and, for comparison, with the article's Function).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -50,7 +51,7 @@ class NeoReLUArticle(torch.autograd.Function):
     def backward(ctx, grad_output):
         (x,) = ctx.saved_tensors
         grad_input = grad_output.clone()
-        grad_input[x > 0] = 1          # the bug: this should be grad_output where x > 0, not 1
+        grad_input[x > 0] = 1  # the bug: this should be grad_output where x > 0, not 1
         grad_input[x <= 0] = 0
         return grad_input
 
@@ -89,13 +90,19 @@ def load_digits(seed: int) -> tuple[torch.Tensor, ...]:
     """sklearn's 1,797 8x8 digits, split 80/20 per class, standardised with the training statistics."""
     from sklearn.datasets import load_digits as sklearn_digits
     from sklearn.model_selection import train_test_split
+
     data = sklearn_digits()
     x = (data.data / 16.0).astype(np.float32)
-    x_tr, x_te, y_tr, y_te = train_test_split(x, data.target, test_size=0.2, stratify=data.target,
-                                              random_state=seed)
+    x_tr, x_te, y_tr, y_te = train_test_split(
+        x, data.target, test_size=0.2, stratify=data.target, random_state=seed
+    )
     mean, std = x_tr.mean(axis=0), x_tr.std(axis=0) + 0.1
-    return (torch.from_numpy((x_tr - mean) / std), torch.from_numpy((x_te - mean) / std),
-            torch.from_numpy(y_tr), torch.from_numpy(y_te))
+    return (
+        torch.from_numpy((x_tr - mean) / std),
+        torch.from_numpy((x_te - mean) / std),
+        torch.from_numpy(y_tr),
+        torch.from_numpy(y_te),
+    )
 
 
 def train(model: nn.Module, data: tuple, epochs: int, seed: int, lr: float = 1e-3, batch: int = 32) -> float:
@@ -105,7 +112,7 @@ def train(model: nn.Module, data: tuple, epochs: int, seed: int, lr: float = 1e-
     for _ in range(epochs):
         order = torch.randperm(len(x_tr))
         for i in range(0, len(x_tr), batch):
-            idx = order[i:i + batch]
+            idx = order[i : i + batch]
             optimizer.zero_grad()
             nn.functional.cross_entropy(model(x_tr[idx]), y_tr[idx]).backward()
             optimizer.step()
@@ -138,7 +145,7 @@ def main(argv: list[str] | None = None) -> float:
     print(inspect.getsource(NeoReLUArticle.backward))
 
     print("== symgrad check against the hand-written backward (NumPy transcription)")
-    root = str(Path(sg.__file__).resolve().parent.parent)        # the CLI child imports this symgrad
+    root = str(Path(sg.__file__).resolve().parent.parent)  # the CLI child imports this symgrad
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
     for name in ("neo_relu_backward_article", "neo_relu_backward_fixed"):
         spec = f"{Path(__file__).resolve()}:{name}"
@@ -151,12 +158,14 @@ def main(argv: list[str] | None = None) -> float:
     models = [("symgrad NeoReLU", mlp(n_in, Activation(neo_relu, "symgrad neo_relu")))]
     if not args.no_article:
         models.append(("article NeoReLU", mlp(n_in, Activation(NeoReLUArticle.apply, "hand-written"))))
-    print(f"== training {n_in} -> 128 -> 10 on {len(data[0])} digits, testing on {len(data[1])}, "
-          f"{args.epochs} epochs, Adam")
+    print(
+        f"== training {n_in} -> 128 -> 10 on {len(data[0])} digits, testing on {len(data[1])}, "
+        f"{args.epochs} epochs, Adam"
+    )
     accuracy = 0.0
     for label, model in models:
         torch.manual_seed(args.seed)
-        for layer in model:                     # the same initial weights for both
+        for layer in model:  # the same initial weights for both
             if isinstance(layer, nn.Linear):
                 layer.reset_parameters()
         start = time.perf_counter()

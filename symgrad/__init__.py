@@ -9,43 +9,85 @@
     softplus.value_and_vjp(x, grad_out)        # compiled on first use
     m = sg.compile("model.py")                  # or a whole model file
 
-Names are loaded lazily so that importing a compiled package does not import SymPy.
+Names are loaded lazily so that importing a compiled package imports neither SymPy nor the tape runtime.
+The math names (``sg.exp``, ``sg.where``, ...) are those of ``symgrad.compiler.functions.__all__``.
 """
+
 from __future__ import annotations
 
 import importlib
+import importlib.util
 from typing import Any
 
 __version__ = "0.1.0"
 
-from .backends import available as available_backends  # noqa: E402
-from .backends import get_backend_name as get_backend  # noqa: E402
-from .backends import set_backend  # noqa: E402
-from .errors import (ArgumentError, CompileError, ExpressionTooLarge, ModelError, PackageError,  # noqa: E402
-                     SymgradError, UnsupportedError)
+from symgrad.errors import ArgumentError as ArgumentError  # noqa: E402
+from symgrad.errors import CompileError as CompileError  # noqa: E402
+from symgrad.errors import ExpressionTooLarge as ExpressionTooLarge  # noqa: E402
+from symgrad.errors import ModelError as ModelError  # noqa: E402
+from symgrad.errors import PackageError as PackageError  # noqa: E402
+from symgrad.errors import SymgradError as SymgradError  # noqa: E402
+from symgrad.errors import UnsupportedError as UnsupportedError  # noqa: E402
 
-_MATH = (
-    "Abs", "Eq", "Max", "Min", "Ne", "Piecewise", "And", "Or", "Not", "abs", "acos", "acosh", "asin", "asinh",
-    "atan", "atan2", "atanh", "ceiling", "clamp", "cos", "cosh", "e", "erf", "erfc", "exp", "expm1", "floor",
-    "hypot", "log", "log1p", "logaddexp", "logsigmoid", "logsumexp", "maximum", "minimum", "pi", "relu", "sigmoid",
-    "sign", "sin", "sinh", "softplus", "sqrt", "tan", "tanh", "where", "xlogy",
-)
+#: public name -> the module that defines it, ``module:attribute`` where the names differ (imported on first use)
 _LAZY: dict[str, str] = {
-    **{name: "functions" for name in _MATH},
-    "function": "frontend", "Vector": "frontend", "Matrix": "frontend", "SymbolicFunction": "frontend",
-    "compile": "jit", "CompiledFunction": "compiled", "load_package": "compiled",
+    "function": "api",
+    "SymbolicFunction": "api",
+    "compile": "api",
+    "Vector": "compiler.trace",
+    "Matrix": "compiler.trace",
+    "CompiledFunction": "compiled",
+    "load_package": "compiled",
+    "set_backend": "backends",
+    "get_backend": "backends:get_backend_name",
+    "available_backends": "backends:available",
+    **{
+        name: "runtime"
+        for name in (
+            "Tensor",
+            "tensor",
+            "from_numpy",
+            "as_tensor",
+            "no_grad",
+            "enable_grad",
+            "is_grad_enabled",
+            "grad",
+            "Function",
+        )
+    },
 }
-_RUNTIME = ("Tensor", "tensor", "from_numpy", "as_tensor", "no_grad", "enable_grad", "is_grad_enabled", "grad", "Function")
 _SUBMODULES = ("nn", "optim")
+_MATH_MODULE = "compiler.functions"
+_ERRORS = [
+    "SymgradError",
+    "ModelError",
+    "UnsupportedError",
+    "ArgumentError",
+    "CompileError",
+    "ExpressionTooLarge",
+    "PackageError",
+]
+
+
+def _math_names() -> list[str]:
+    return list(importlib.import_module(f".{_MATH_MODULE}", __name__).__all__)
+
+
+def _is_submodule(name: str) -> bool:
+    """``from symgrad import abi`` asks for the attribute first: a submodule must not import the math names."""
+    return importlib.util.find_spec(f"{__name__}.{name}") is not None
 
 
 def __getattr__(name: str) -> Any:
     if name in _LAZY:
-        value = getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
-    elif name in _RUNTIME:
-        value = getattr(importlib.import_module(".runtime", __name__), name)
+        module, _, attr = _LAZY[name].partition(":")
+        value = getattr(importlib.import_module(f".{module}", __name__), attr or name)
     elif name in _SUBMODULES:
         value = importlib.import_module(f".{name}", __name__)
+    elif name == "__all__":
+        value = [*_ERRORS, *_LAZY, *_SUBMODULES, *_math_names()]
+    elif not name.startswith("_") and not _is_submodule(name) and name in _math_names():
+        value = getattr(importlib.import_module(f".{_MATH_MODULE}", __name__), name)
     else:
         raise AttributeError(f"module 'symgrad' has no attribute {name!r}")
     globals()[name] = value
@@ -53,8 +95,4 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY) | set(_RUNTIME) | set(_SUBMODULES))
-
-
-__all__ = ["set_backend", "get_backend", "available_backends", "SymgradError", "ModelError", "UnsupportedError",
-           "ArgumentError", "CompileError", "ExpressionTooLarge", "PackageError", *_LAZY, *_RUNTIME, *_SUBMODULES]
+    return sorted(set(globals()) | set(_LAZY) | set(_SUBMODULES) | set(_math_names()))

@@ -1,6 +1,7 @@
 """``python -m symgrad`` is the ``symgrad`` command."""
+
 import sys
 
-from .cli import main
+from symgrad.cli import main
 
 sys.exit(main())

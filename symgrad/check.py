@@ -3,14 +3,15 @@
 Points where two step sizes disagree with each other are at a kink or a discontinuity and are skipped
 (a finite difference says nothing there); everywhere else the analytic vjp must agree within tolerance.
 """
+
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 
-from .compiled import CompiledFunction
+from symgrad.compiled.function import CompiledFunction
 
 
 @dataclass(frozen=True)
@@ -25,31 +26,38 @@ class Mismatch:
 
     def __str__(self) -> str:
         where = ", ".join(f"{k}={v}" for k, v in self.point.items())
-        return (f"{self.function}: d/d{self.argument}[{self.element}] at ({where}): symgrad {self.analytic:.10g}, "
-                f"{self.reference} {self.numeric:.10g}")
+        return (
+            f"{self.function}: d/d{self.argument}[{self.element}] at ({where}): symgrad {self.analytic:.10g}, "
+            f"{self.reference} {self.numeric:.10g}"
+        )
 
 
 def sample_inputs(fn: CompiledFunction, n: int, rng: np.random.Generator) -> list[np.ndarray]:
     return [rng.normal(0.0, 1.5, size=(n, *shape)) for shape in fn.arg_shapes]
 
 
-def _scalar_objective(fn: CompiledFunction, seeds: list[np.ndarray]) -> Callable[[list[np.ndarray]], np.ndarray]:
+def _scalar_objective(
+    fn: CompiledFunction, seeds: list[np.ndarray]
+) -> Callable[[list[np.ndarray]], np.ndarray]:
     """Per-row <outputs, seeds>: its gradient is exactly the vjp with those seeds."""
+
     def objective(args: list[np.ndarray]) -> np.ndarray:
         outs = fn.forward(*args)
         total = 0.0
         for o, s in zip(outs, seeds):
             total = total + (o * s).reshape(o.shape[0], -1).sum(axis=1)
         return total
+
     return objective
 
 
-def finite_differences(fn: CompiledFunction, args: list[np.ndarray], seeds: list[np.ndarray], h: float
-                       ) -> list[np.ndarray]:
+def finite_differences(
+    fn: CompiledFunction, args: list[np.ndarray], seeds: list[np.ndarray], h: float
+) -> list[np.ndarray]:
     objective = _scalar_objective(fn, seeds)
     grads = []
     for i, a in enumerate(args):
-        if not fn.arg_diff[i]:          # nondiff: no gradient to compare
+        if not fn.arg_diff[i]:  # nondiff: no gradient to compare
             grads.append(None)
             continue
         flat = a.reshape(a.shape[0], -1)
@@ -64,8 +72,14 @@ def finite_differences(fn: CompiledFunction, args: list[np.ndarray], seeds: list
     return grads
 
 
-def check_function(fn: CompiledFunction, n: int = 64, seed: int = 0, rtol: float = 1e-5, atol: float = 1e-7,
-                   against: Callable | None = None) -> list[Mismatch]:
+def check_function(
+    fn: CompiledFunction,
+    n: int = 64,
+    seed: int = 0,
+    rtol: float = 1e-5,
+    atol: float = 1e-7,
+    against: Callable | None = None,
+) -> list[Mismatch]:
     """Compare ``fn.vjp`` (float64) with central differences, and with ``against(*args, *seeds)`` if given."""
     rng = np.random.default_rng(seed)
     args = sample_inputs(fn, n, rng)
@@ -73,24 +87,31 @@ def check_function(fn: CompiledFunction, n: int = 64, seed: int = 0, rtol: float
     analytic = [None if g is None else g.reshape(n, -1) for g in fn.vjp(*args, *seeds)]
     coarse = finite_differences(fn, args, seeds, 1e-5)
     fine = finite_differences(fn, args, seeds, 2e-6)
-    smooth = [None if c is None else np.isclose(c, f, rtol=1e-4, atol=1e-6) & np.isfinite(c)
-              for c, f in zip(coarse, fine)]
+    smooth = [
+        None if c is None else np.isclose(c, f, rtol=1e-4, atol=1e-6) & np.isfinite(c)
+        for c, f in zip(coarse, fine)
+    ]
     references = [("finite differences", fine, smooth)]
     if against is not None:
         result = against(*args, *seeds)
         result = result if isinstance(result, (tuple, list)) else (result,)
         # a None gradient means zero, as in a PyTorch backward
-        hand = [np.broadcast_to(np.asarray(0.0 if r is None else r, dtype=float), a.shape).reshape(n, -1)
-                for r, a in zip(result, args)]
+        hand = [
+            np.broadcast_to(np.asarray(0.0 if r is None else r, dtype=float), a.shape).reshape(n, -1)
+            for r, a in zip(result, args)
+        ]
         references = [("hand-written", hand, [np.ones_like(h, dtype=bool) for h in hand])]
     mismatches = []
     for reference, numeric, valid in references:
         for name, a, num, ok in zip(fn.arg_names, analytic, numeric, valid):
-            if a is None:                   # a nondiff argument: no gradient to compare
+            if a is None:  # a nondiff argument: no gradient to compare
                 continue
             bad = ok & ~np.isclose(a, num, rtol=rtol, atol=atol)
             for row, col in zip(*np.nonzero(bad)):
                 point = {nm: np.round(x.reshape(n, -1)[row], 6).tolist() for nm, x in zip(fn.arg_names, args)}
-                mismatches.append(Mismatch(fn.name, name, int(col), point, float(a[row, col]),
-                                           float(num[row, col]), reference))
+                mismatches.append(
+                    Mismatch(
+                        fn.name, name, int(col), point, float(a[row, col]), float(num[row, col]), reference
+                    )
+                )
     return mismatches

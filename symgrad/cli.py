@@ -3,6 +3,7 @@
 Exit codes: 0 success, 1 failure (model error, compiler error, gradient mismatch), 2 usage error.
 Errors print as one line; ``SYMGRAD_DEBUG=1`` adds the traceback.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -13,11 +14,11 @@ import signal
 import sys
 import time
 import traceback
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 
-from .errors import ModelError, SymgradError
+from symgrad.errors import ModelError, SymgradError
 
 FORMATS = ("formula", "numpy", "c", "yaml", "ir")
 
@@ -41,7 +42,8 @@ def _time_limit(seconds: float | None, what: str) -> Iterator[None]:
 
 
 def cmd_compile(args: argparse.Namespace) -> int:
-    from .build import compile_model
+    from symgrad.build.compile import compile_model
+
     start = time.perf_counter()
 
     def progress(i: int, total: int, name: str) -> None:
@@ -55,14 +57,17 @@ def cmd_compile(args: argparse.Namespace) -> int:
         return 0
     for k in result.kernels:
         ops = dict(k.op_counts)
-        print(f"  {k.name:<24} forward {ops['forward']:>5} ops   vjp {ops['vjp']:>5} ops   "
-              f"fused {ops['value_and_vjp']:>5} ops")
+        print(
+            f"  {k.name:<24} forward {ops['forward']:>5} ops   vjp {ops['vjp']:>5} ops   "
+            f"fused {ops['value_and_vjp']:>5} ops"
+        )
     print(f"wrote {result.path} ({len(result.kernels)} functions, {elapsed:.2f} s)")
     return 0
 
 
 def _compiled_module(model: str):
-    from .jit import compile as compile_in_cache
+    from symgrad.api import compile as compile_in_cache
+
     return compile_in_cache(model)
 
 
@@ -71,8 +76,10 @@ def _pick(module, name: str | None) -> list:
     if name is None:
         return functions
     if name not in module.__all__:
-        raise ModelError(f"{Path(module.__file__).parent.name}: no function {name!r}; "
-                         f"available: {', '.join(module.__all__)}")
+        raise ModelError(
+            f"{Path(module.__file__).parent.name}: no function {name!r}; "
+            f"available: {', '.join(module.__all__)}"
+        )
     return [getattr(module, name)]
 
 
@@ -80,11 +87,12 @@ def cmd_show(args: argparse.Namespace) -> int:
     module = _compiled_module(args.model)
     functions = _pick(module, args.function)
     if args.format == "ir":
-        from .build import load_model
-        from .lower import lower
+        from symgrad.compiler import compile_spec
+        from symgrad.compiler.model import load_model
+
         for fn in load_model(Path(args.model)):
             if args.function in (None, fn.name):
-                print(lower(fn.trace()), end="\n\n")
+                print(compile_spec(fn.trace()), end="\n\n")
         return 0
     for fn in functions:
         if args.format == "formula":
@@ -115,11 +123,14 @@ def _load_against(spec: str):
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    from .check import check_function
+    from symgrad.check import check_function
+
     module = _compiled_module(args.model)
     against = _load_against(args.against) if args.against else None
     if against is not None and args.function is None:
-        raise ModelError("--against needs the name of the function it implements (symgrad check model.py f ...)")
+        raise ModelError(
+            "--against needs the name of the function it implements (symgrad check model.py f ...)"
+        )
     failed = 0
     for fn in _pick(module, args.function):
         mismatches = check_function(fn, n=args.points, rtol=args.rtol, against=against)
@@ -135,13 +146,21 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 def cmd_cache(args: argparse.Namespace) -> int:
-    from .cache import cache_root
+    from symgrad.build.cache import cache_root
+
     root = cache_root()
-    entries = [p for kind in ("models", "jit", "c") if (root / kind).is_dir()
-               for p in sorted((root / kind).iterdir()) if not p.name.startswith(".")]
+    entries = [
+        p
+        for kind in ("models", "jit", "c")
+        if (root / kind).is_dir()
+        for p in sorted((root / kind).iterdir())
+        if not p.name.startswith(".")
+    ]
     if args.action == "list":
         for p in entries:
-            size = sum(f.stat().st_size for f in p.rglob("*") if f.is_file()) if p.is_dir() else p.stat().st_size
+            size = (
+                sum(f.stat().st_size for f in p.rglob("*") if f.is_file()) if p.is_dir() else p.stat().st_size
+            )
             print(f"{p.parent.name:<7} {p.name:<48} {size / 1024:8.1f} KiB")
         print(f"{len(entries)} entries in {root}")
     else:
@@ -168,8 +187,11 @@ def parser() -> argparse.ArgumentParser:
     k = sub.add_parser("check", help="check every gradient against central finite differences")
     k.add_argument("model")
     k.add_argument("function", nargs="?")
-    k.add_argument("--against", metavar="MODULE:FUNCTION",
-                   help="compare with a hand-written backward(*args, grad_output) instead")
+    k.add_argument(
+        "--against",
+        metavar="MODULE:FUNCTION",
+        help="compare with a hand-written backward(*args, grad_output) instead",
+    )
     k.add_argument("--points", type=int, default=64)
     k.add_argument("--rtol", type=float, default=1e-5)
     k.set_defaults(run=cmd_check)

@@ -1,4 +1,5 @@
 """The small error hierarchy of symgrad; every message names the user's function, argument or file."""
+
 from __future__ import annotations
 
 
@@ -28,3 +29,11 @@ class ExpressionTooLarge(SymgradError):
 
 class PackageError(SymgradError):
     """A compiled package is damaged (a file truncated or edited) or was written by an older symgrad."""
+
+
+class BackendUnavailable(SymgradError):
+    """A backend cannot work on this machine (raised by its ``load``; symgrad falls back to NumPy)."""
+
+
+class CompilerUnavailable(BackendUnavailable):
+    """No working C compiler (or no Python headers) here: the C backend cannot build anything."""

@@ -1,4 +1,5 @@
 """Shared fixtures: an isolated cache directory and parametrisation over every available backend."""
+
 from __future__ import annotations
 
 import atexit
@@ -8,12 +9,13 @@ import tempfile
 
 import pytest
 
+
 def _remove_run_cache(path: str, owner: int) -> None:
-    if os.getpid() == owner:                   # not a forked child that exits normally
+    if os.getpid() == owner:  # not a forked child that exits normally
         shutil.rmtree(path, ignore_errors=True)
 
 
-if "SYMGRAD_CACHE_DIR" not in os.environ:      # a fresh cache for this run, removed when it ends
+if "SYMGRAD_CACHE_DIR" not in os.environ:  # a fresh cache for this run, removed when it ends
     os.environ["SYMGRAD_CACHE_DIR"] = tempfile.mkdtemp(prefix="symgrad-test-cache-")
     atexit.register(_remove_run_cache, os.environ["SYMGRAD_CACHE_DIR"], os.getpid())
 

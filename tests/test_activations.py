@@ -5,28 +5,37 @@ against central finite differences in float64.
 Tolerances: float64 rtol 1e-9 / atol 1e-12; float32 rtol 1e-4 / atol 1e-6 (libm and libmvec are within
 a few ulp; float32 chains of ~10 operations lose a few more).
 """
+
 from __future__ import annotations
 
 import zlib
 from pathlib import Path
 
 import mpmath
-
 import numpy as np
 import pytest
 import sympy
 
 import symgrad as sg
 from symgrad import backends
-from symgrad.build import load_model
 from symgrad.check import check_function
-from symgrad.primitives import _Primitive
+from symgrad.compiler.model import load_model
+from symgrad.compiler.primitives import _Primitive
 
 MODEL = Path(__file__).parent / "models" / "activations.py"
 TOL = {"float64": (1e-9, 1e-12), "float32": (1e-4, 1e-6)}
 EXTREMES = [-1e4, -100.0, -20.0, 20.0, 100.0, 1e4]
-KINKS = {"relu": [0.0], "relu6": [0.0, 6.0], "leaky_relu": [0.0], "elu": [0.0], "selu": [0.0], "celu": [0.0],
-         "hardswish": [-3.0, 3.0], "hardsigmoid": [-3.0, 3.0], "softshrink": [-0.5, 0.5]}
+KINKS = {
+    "relu": [0.0],
+    "relu6": [0.0, 6.0],
+    "leaky_relu": [0.0],
+    "elu": [0.0],
+    "selu": [0.0],
+    "celu": [0.0],
+    "hardswish": [-3.0, 3.0],
+    "hardsigmoid": [-3.0, 3.0],
+    "softshrink": [-0.5, 0.5],
+}
 #: Two-argument functions: sample (a, b) pairs from these boxes, plus extreme pairs.
 PAIRS = {
     "atan2": ((-3, 3), (-3, 3), [(1e4, -1e4), (-100.0, 1e-3)]),
@@ -64,7 +73,7 @@ def references():
 
 
 def sample_points(name: str, nargs: int) -> list[tuple[float, ...]]:
-    rng = np.random.default_rng(zlib.crc32(name.encode()))    # not hash(): randomized per process
+    rng = np.random.default_rng(zlib.crc32(name.encode()))  # not hash(): randomized per process
     if nargs == 1:
         pts = list(rng.uniform(-4, 4, 12)) + EXTREMES + [0.0, 1.0, -1.0]
         pts = [p for p in pts if all(abs(p - k) > 1e-6 for k in KINKS.get(name, []))]
@@ -93,7 +102,7 @@ def test_value_and_gradient_against_high_precision(name, compiled, references, b
     symbols, value_fn, grad_fns = references[name]
     points = sample_points(name, len(symbols))
     cols = [np.array([p[i] for p in points], dtype=dtype) for i in range(len(symbols))]
-    rounded = list(zip(*[c.astype(np.float64) for c in cols]))       # what float32 actually holds
+    rounded = list(zip(*[c.astype(np.float64) for c in cols]))  # what float32 actually holds
     expected = [reference(value_fn, grad_fns, p) for p in rounded]
     ones = np.ones(len(points), dtype=dtype)
     out, grads = fn.value_and_vjp(*cols, ones)
@@ -102,13 +111,23 @@ def test_value_and_gradient_against_high_precision(name, compiled, references, b
     got_value = out.astype(np.float64)
     want_value = np.array([v for v, _ in expected])
     finite = np.isfinite(want_value) & (np.abs(want_value) < np.finfo(dtype).max)
-    np.testing.assert_allclose(got_value[finite], want_value[finite], rtol=rtol, atol=atol,
-                               err_msg=f"{name} value at {np.array(rounded)[finite]}")
+    np.testing.assert_allclose(
+        got_value[finite],
+        want_value[finite],
+        rtol=rtol,
+        atol=atol,
+        err_msg=f"{name} value at {np.array(rounded)[finite]}",
+    )
     for i, s in enumerate(symbols):
         want = np.array([g[i] for _, g in expected])
         ok = np.isfinite(want) & (np.abs(want) < np.finfo(dtype).max) & finite
-        np.testing.assert_allclose(grads[i].astype(np.float64)[ok], want[ok], rtol=rtol, atol=atol,
-                                   err_msg=f"d{name}/d{s} at {np.array(rounded)[ok]}")
+        np.testing.assert_allclose(
+            grads[i].astype(np.float64)[ok],
+            want[ok],
+            rtol=rtol,
+            atol=atol,
+            err_msg=f"d{name}/d{s} at {np.array(rounded)[ok]}",
+        )
         assert np.all(np.isfinite(grads[i][ok])), f"{name}: non-finite gradient where the true one is finite"
 
 

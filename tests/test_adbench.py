@@ -1,5 +1,6 @@
 """ADBench's BA and GMM problems (examples/bundle_adjustment.py, examples/gmm.py) against plain NumPy
 references written here, central finite differences, and PyTorch / JAX when installed."""
+
 from __future__ import annotations
 
 import math
@@ -40,7 +41,7 @@ def ref_project(cam, X):
 
 def ref_ba(cams, X, w, feats, obs):
     reproj = np.array([w[i] * (ref_project(cams[c], X[j]) - feats[i]) for i, (c, j) in enumerate(obs)])
-    return reproj, 1 - w ** 2
+    return reproj, 1 - w**2
 
 
 def ba_params(cams, X, w):
@@ -48,7 +49,11 @@ def ba_params(cams, X, w):
 
 
 def ba_unpack(theta, n, m):
-    return theta[:11 * n].reshape(n, 11), theta[11 * n:11 * n + 3 * m].reshape(m, 3), theta[11 * n + 3 * m:]
+    return (
+        theta[: 11 * n].reshape(n, 11),
+        theta[11 * n : 11 * n + 3 * m].reshape(m, 3),
+        theta[11 * n + 3 * m :],
+    )
 
 
 def ba_residual_vector(theta, n, m, feats, obs, fn=None):
@@ -65,8 +70,13 @@ def ba_fd_jacobian(cams, X, w, feats, obs, rel=1e-6):
         h = rel * max(1.0, abs(theta[a]))
         e = np.zeros_like(theta)
         e[a] = h
-        cols.append((ba_residual_vector(theta + e, n, m, feats, obs)
-                     - ba_residual_vector(theta - e, n, m, feats, obs)) / (2 * h))
+        cols.append(
+            (
+                ba_residual_vector(theta + e, n, m, feats, obs)
+                - ba_residual_vector(theta - e, n, m, feats, obs)
+            )
+            / (2 * h)
+        )
     return np.stack(cols, axis=1)
 
 
@@ -105,8 +115,11 @@ def test_ba_jacobian_takes_lists_and_mixed_dtypes(backend, small_ba):
     _, _, J = ba.ba_jacobian(cams, X, w, feats, obs)
     _, w_err, J_mixed = ba.ba_jacobian(cams, X, w.astype(np.float32), feats.tolist(), obs)
     assert J_mixed.data.dtype == np.float64 and w_err.dtype == np.float64
-    np.testing.assert_allclose(J_mixed.data, ba.ba_jacobian(cams, X, w.astype(np.float32).astype(np.float64),
-                                                            feats, obs)[2].data, rtol=1e-15)
+    np.testing.assert_allclose(
+        J_mixed.data,
+        ba.ba_jacobian(cams, X, w.astype(np.float32).astype(np.float64), feats, obs)[2].data,
+        rtol=1e-15,
+    )
     np.testing.assert_allclose(J_mixed.data, J.data, rtol=1e-6, atol=1e-6 * np.abs(J.data).max())
 
 
@@ -118,20 +131,23 @@ def test_ba_csr_structure(backend, small_ba):
     assert J.nnz == 31 * p == J.indices.size == J.data.size
     assert J.indptr.shape == (3 * p + 1,) and J.indptr[0] == 0 and J.indptr[-1] == 31 * p
     row_nnz = np.diff(J.indptr)
-    assert (row_nnz[:2 * p] == 15).all() and (row_nnz[2 * p:] == 1).all()
+    assert (row_nnz[: 2 * p] == 15).all() and (row_nnz[2 * p :] == 1).all()
     for r in range(3 * p):
-        cols = J.indices[J.indptr[r]:J.indptr[r + 1]]
+        cols = J.indices[J.indptr[r] : J.indptr[r + 1]]
         assert (np.diff(cols) > 0).all(), f"row {r}: columns not strictly ascending"
         if r < 2 * p:
             i = r // 2
             cam, pt = obs[i]
-            expected = [*range(11 * cam, 11 * cam + 11), *range(11 * n + 3 * pt, 11 * n + 3 * pt + 3),
-                        11 * n + 3 * m + i]
+            expected = [
+                *range(11 * cam, 11 * cam + 11),
+                *range(11 * n + 3 * pt, 11 * n + 3 * pt + 3),
+                11 * n + 3 * m + i,
+            ]
         else:
             expected = [11 * n + 3 * m + (r - 2 * p)]
         assert cols.tolist() == expected
     # the weight rows hold -2w
-    np.testing.assert_allclose(J.data[30 * p:], -2 * w, rtol=1e-15)
+    np.testing.assert_allclose(J.data[30 * p :], -2 * w, rtol=1e-15)
     # scipy agrees with to_dense (when installed)
     scipy_sparse = pytest.importorskip("scipy.sparse")
     S = J.to_scipy()
@@ -147,7 +163,7 @@ def test_ba_jacobian_matches_finite_differences(backend, small_ba):
 def test_ba_rodrigues_guard_at_zero_rotation(backend, small_ba):
     cams, X, w, feats, obs = small_ba
     cams = cams.copy()
-    cams[1, :3] = 0.0                     # camera 1: sum(r^2) == 0 exactly -> the first-order branch
+    cams[1, :3] = 0.0  # camera 1: sum(r^2) == 0 exactly -> the first-order branch
     data = (cams, X, w, feats, obs)
     reproj, w_err, J = ba.ba_jacobian(*data)
     assert np.isfinite(reproj).all() and np.isfinite(J.data).all()
@@ -166,7 +182,7 @@ def test_ba_all_rotations_zero(backend):
 def test_ba_perturbed_instance_blocks_differ(small_ba):
     """The jitter makes every observation's block different, so an index bug cannot hide."""
     _, _, J = ba.ba_jacobian(*small_ba)
-    blocks = J.data[:30 * SMALL["p"]].reshape(SMALL["p"], 30)
+    blocks = J.data[: 30 * SMALL["p"]].reshape(SMALL["p"], 30)
     assert len({tuple(np.round(b, 9)) for b in blocks}) == SMALL["p"]
 
 
@@ -208,6 +224,7 @@ def test_ba_structure_index_dtype():
 
 # -- the compiler itself on the BA model (see the helper's report) -------------------------------------
 
+
 def test_fused_jacobian_kernel_matches_reverse_rows(backend):
     """Each row of the fused Jacobian equals a vjp with a unit cotangent (rows must not mix)."""
     f = ba.model().ba_residual
@@ -218,8 +235,9 @@ def test_fused_jacobian_kernel_matches_reverse_rows(backend):
         seed = np.zeros_like(feats)
         seed[:, row] = 1
         g_cam, g_X, g_w, _ = f.vjp(cam_o, X_o, w, feats, seed)
-        np.testing.assert_allclose(J[:, row, :15], np.concatenate([g_cam, g_X, g_w[:, None]], axis=1),
-                                   rtol=1e-10, atol=1e-10)
+        np.testing.assert_allclose(
+            J[:, row, :15], np.concatenate([g_cam, g_X, g_w[:, None]], axis=1), rtol=1e-10, atol=1e-10
+        )
 
 
 @sg.function
@@ -251,22 +269,29 @@ def test_plain_rodrigues_guard_gradient_finite(backend):
 
 def ref_gmm(alphas, means, icf, x, gamma, m):
     from scipy.special import logsumexp, multigammaln
+
     n, d = x.shape
     K = alphas.shape[0]
     A = np.zeros((n, K))
     for k in range(K):
         Q = np.diag(np.exp(icf[k, :d]))
         idx = d
-        for c in range(d):               # strictly lower part, column by column
+        for c in range(d):  # strictly lower part, column by column
             for r in range(c + 1, d):
                 Q[r, c] = icf[k, idx]
                 idx += 1
         z = (x - means[k]) @ Q.T
-        A[:, k] = alphas[k] + icf[k, :d].sum() - 0.5 * (z ** 2).sum(axis=1)
+        A[:, k] = alphas[k] + icf[k, :d].sum() - 0.5 * (z**2).sum(axis=1)
     n_w = d + m + 1
     C = n_w * d * (math.log(gamma) - 0.5 * math.log(2)) - multigammaln(0.5 * n_w, d)
-    prior = sum(0.5 * gamma ** 2 * ((np.exp(icf[k, :d]) ** 2).sum() + (icf[k, d:] ** 2).sum())
-                - m * icf[k, :d].sum() for k in range(K)) - K * C
+    prior = (
+        sum(
+            0.5 * gamma**2 * ((np.exp(icf[k, :d]) ** 2).sum() + (icf[k, d:] ** 2).sum())
+            - m * icf[k, :d].sum()
+            for k in range(K)
+        )
+        - K * C
+    )
     return -0.5 * n * d * math.log(2 * math.pi) + logsumexp(A, axis=1).sum() - n * logsumexp(alphas) + prior
 
 
@@ -288,12 +313,13 @@ def test_gmm_value_matches_reference(backend, d, K):
 
 
 def test_gmm_value_adbench_defaults(backend):
-    case = gmm.make_instance(4, 3, 50, seed=5)          # gamma = 1, m = 0 as ADBench generates them
+    case = gmm.make_instance(4, 3, 50, seed=5)  # gamma = 1, m = 0 as ADBench generates them
     assert gmm.gmm_objective(*case) == pytest.approx(ref_gmm(*case), rel=1e-12)
 
 
 def test_gmm_lgamma_and_constant():
     from scipy.special import multigammaln
+
     for a, d in [(1.5, 1), (2.5, 2), (7.0, 5), (35.0, 64)]:
         assert gmm.log_gamma_distrib(a, d) == pytest.approx(multigammaln(a, d), rel=1e-13)
 
@@ -334,9 +360,9 @@ def test_gmm_gradient_extreme_logits_stay_finite(backend):
 
 
 def torch_ba_residuals(torch, theta, n, m, feats, obs):
-    cams = theta[:11 * n].reshape(n, 11)
-    X = theta[11 * n:11 * n + 3 * m].reshape(m, 3)
-    w = theta[11 * n + 3 * m:]
+    cams = theta[: 11 * n].reshape(n, 11)
+    X = theta[11 * n : 11 * n + 3 * m].reshape(m, 3)
+    w = theta[11 * n + 3 * m :]
     c = cams[torch.as_tensor(obs[:, 0])]
     P = X[torch.as_tensor(obs[:, 1])]
     r, C = c[:, 0:3], c[:, 3:6]
@@ -344,8 +370,11 @@ def torch_ba_residuals(torch, theta, n, m, feats, obs):
     theta2 = (r * r).sum(1, keepdim=True)
     t = torch.sqrt(theta2)
     v = r / t
-    rot = (Y * torch.cos(t) + torch.linalg.cross(v, Y) * torch.sin(t)
-           + v * (v * Y).sum(1, keepdim=True) * (1 - torch.cos(t)))
+    rot = (
+        Y * torch.cos(t)
+        + torch.linalg.cross(v, Y) * torch.sin(t)
+        + v * (v * Y).sum(1, keepdim=True) * (1 - torch.cos(t))
+    )
     Xc = torch.where(theta2 != 0, rot, Y + torch.linalg.cross(r, Y))
     u = Xc[:, :2] / Xc[:, 2:3]
     s = (u * u).sum(1, keepdim=True)
@@ -360,7 +389,8 @@ def test_ba_against_pytorch(small_ba):
     n, m = len(cams), len(X)
     theta = torch.tensor(ba_params(cams, X, w), dtype=torch.float64)
     J_torch = torch.autograd.functional.jacobian(
-        lambda t: torch_ba_residuals(torch, t, n, m, feats, obs), theta).numpy()
+        lambda t: torch_ba_residuals(torch, t, n, m, feats, obs), theta
+    ).numpy()
     F_torch = torch_ba_residuals(torch, theta, n, m, feats, obs).numpy()
     reproj, w_err, J = ba.ba_jacobian(*small_ba)
     np.testing.assert_allclose(np.concatenate([reproj.ravel(), w_err]), F_torch, rtol=1e-12, atol=1e-9)
@@ -379,9 +409,13 @@ def torch_gmm(torch, alphas, means, icf, x, gamma, m):
     z = torch.einsum("krc,nkc->nkr", Q, x[:, None, :] - means[None])
     A = alphas + q.sum(1) - 0.5 * (z * z).sum(-1)
     C = gmm.wishart_constant(d, gamma, m)
-    prior = (0.5 * gamma ** 2 * ((torch.exp(q) ** 2).sum() + (low ** 2).sum()) - m * q.sum() - K * C)
-    return (-0.5 * n * d * math.log(2 * math.pi) + torch.logsumexp(A, 1).sum()
-            - n * torch.logsumexp(alphas, 0) + prior)
+    prior = 0.5 * gamma**2 * ((torch.exp(q) ** 2).sum() + (low**2).sum()) - m * q.sum() - K * C
+    return (
+        -0.5 * n * d * math.log(2 * math.pi)
+        + torch.logsumexp(A, 1).sum()
+        - n * torch.logsumexp(alphas, 0)
+        + prior
+    )
 
 
 @pytest.mark.parametrize("d,K", [(2, 3), (4, 5)])
@@ -403,22 +437,31 @@ def test_gmm_against_jax(d, K):
     jax.config.update("jax_enable_x64", True)
     jnp = jax.numpy
     from jax.scipy.special import logsumexp
+
     alphas, means, icf, x, gamma, m = gmm_case(d, K, n=30, seed=4)
     rows, cols = gmm.tri_indices(d)
     C = gmm.wishart_constant(d, gamma, m)
 
     def f(alphas, means, icf):
         q, low = icf[:, :d], icf[:, d:]
-        Q = jnp.zeros((K, d, d)).at[:, jnp.arange(d), jnp.arange(d)].set(jnp.exp(q)).at[:, rows, cols].set(low)
+        Q = (
+            jnp.zeros((K, d, d))
+            .at[:, jnp.arange(d), jnp.arange(d)]
+            .set(jnp.exp(q))
+            .at[:, rows, cols]
+            .set(low)
+        )
         z = jnp.einsum("krc,nkc->nkr", Q, x[:, None, :] - means[None])
         A = alphas + q.sum(1) - 0.5 * (z * z).sum(-1)
-        prior = 0.5 * gamma ** 2 * ((jnp.exp(q) ** 2).sum() + (low ** 2).sum()) - m * q.sum() - K * C
+        prior = 0.5 * gamma**2 * ((jnp.exp(q) ** 2).sum() + (low**2).sum()) - m * q.sum() - K * C
         n = x.shape[0]
         return -0.5 * n * d * math.log(2 * math.pi) + logsumexp(A, 1).sum() - n * logsumexp(alphas) + prior
 
-    value, grads = jax.value_and_grad(f, argnums=(0, 1, 2))(jnp.asarray(alphas), jnp.asarray(means),
-                                                            jnp.asarray(icf))
+    value, grads = jax.value_and_grad(f, argnums=(0, 1, 2))(
+        jnp.asarray(alphas), jnp.asarray(means), jnp.asarray(icf)
+    )
     ours_value, ours_grad = gmm.gmm_gradient(alphas, means, icf, x, gamma, m)
     assert ours_value == pytest.approx(float(value), rel=1e-12)
-    np.testing.assert_allclose(ours_grad, np.concatenate([np.asarray(g).ravel() for g in grads]),
-                               rtol=1e-10, atol=1e-10)
+    np.testing.assert_allclose(
+        ours_grad, np.concatenate([np.asarray(g).ravel() for g in grads]), rtol=1e-10, atol=1e-10
+    )

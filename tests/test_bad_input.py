@@ -8,6 +8,7 @@ import (``symgrad compile --timeout``), one with 500 functions (timed), huge exp
 identifiers, function names that clash with libm. Nothing a user writes (names, docstrings, constants, file
 names) can inject code into the generated C or Python.
 """
+
 from __future__ import annotations
 
 import ast
@@ -25,7 +26,7 @@ import numpy as np
 import pytest
 
 import symgrad as sg
-from symgrad.build import compile_model
+from symgrad.build.compile import compile_model
 
 ROOT = Path(__file__).parent.parent
 
@@ -78,11 +79,15 @@ def test_nan_and_inf_propagate_like_numpy(backend, dtype):
 def test_nan_and_inf_through_stable_primitives(backend, dtype):
     x = np.array([np.nan, np.inf, -np.inf, 0.0], dtype=dtype)
     out, (g,) = softplus.value_and_vjp(x, np.ones_like(x))
-    np.testing.assert_array_equal(out, [np.nan, np.inf, 0.0, np.log(2)] if dtype == "float64"
-                                  else np.array([np.nan, np.inf, 0.0, np.log(2)], np.float32))
+    np.testing.assert_array_equal(
+        out,
+        [np.nan, np.inf, 0.0, np.log(2)]
+        if dtype == "float64"
+        else np.array([np.nan, np.inf, 0.0, np.log(2)], np.float32),
+    )
     np.testing.assert_array_equal(g, np.array([np.nan, 1.0, 0.0, 0.5], dtype))
     out, (g,) = relu.value_and_vjp(x, np.ones_like(x))
-    np.testing.assert_array_equal(out, np.array([np.nan, np.inf, 0.0, 0.0], dtype))   # relu(NaN) = NaN (torch)
+    np.testing.assert_array_equal(out, np.array([np.nan, np.inf, 0.0, 0.0], dtype))  # relu(NaN) = NaN (torch)
     assert g[1] == 1 and g[2] == 0 and g[3] == 0
 
 
@@ -94,6 +99,7 @@ def test_nan_cotangent_propagates(backend, dtype):
 
 # -- shapes, views, memory ------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("shape", [(0,), (0, 4), (3, 0), (2, 0, 5)])
 def test_empty_arrays(backend, dtype, shape):
     x, y = np.zeros(shape, dtype), np.zeros(shape, dtype)
@@ -101,15 +107,16 @@ def test_empty_arrays(backend, dtype, shape):
     assert out.shape == shape and gx.shape == shape and gy.shape == shape
     assert out.dtype == gx.dtype == np.dtype(dtype)
     assert mix(x, 1.0).shape == shape
-    out, (ga, gb) = rowdot.value_and_vjp(np.zeros(shape + (3,), dtype), np.zeros((3,), dtype),
-                                         np.ones(shape, dtype))
+    out, (ga, gb) = rowdot.value_and_vjp(
+        np.zeros(shape + (3,), dtype), np.zeros((3,), dtype), np.ones(shape, dtype)
+    )
     assert out.shape == shape and ga.shape == shape + (3,) and gb.shape == (3,)
 
 
 def test_empty_broadcast_against_nonempty(backend, dtype):
     out, (gx, gy) = mix.value_and_vjp(np.zeros((0, 1), dtype), np.ones((1, 4), dtype), np.ones((0, 4), dtype))
     assert out.shape == (0, 4) and gx.shape == (0, 1) and gy.shape == (1, 4)
-    np.testing.assert_array_equal(gy, 0)                  # a sum over nothing
+    np.testing.assert_array_equal(gy, 0)  # a sum over nothing
 
 
 def _views(dtype):
@@ -131,8 +138,18 @@ def dtype_scalar(dtype, value):
     return np.array(value, dtype=dtype)
 
 
-@pytest.mark.parametrize("kind", ["zero-strided row", "zero-strided scalar", "every other column", "reversed",
-                                  "transposed", "fortran", "column slice"])
+@pytest.mark.parametrize(
+    "kind",
+    [
+        "zero-strided row",
+        "zero-strided scalar",
+        "every other column",
+        "reversed",
+        "transposed",
+        "fortran",
+        "column slice",
+    ],
+)
 def test_strided_and_broadcast_views_match_contiguous_copies(backend, dtype, kind):
     x, y = _views(dtype)[kind]
     x_before, y_before = x.copy(), y.copy()
@@ -143,13 +160,13 @@ def test_strided_and_broadcast_views_match_contiguous_copies(backend, dtype, kin
     np.testing.assert_array_equal(gx, wx)
     np.testing.assert_array_equal(gy, wy)
     assert gx.shape == x.shape and gy.shape == y.shape
-    np.testing.assert_array_equal(x, x_before)           # inputs untouched
+    np.testing.assert_array_equal(x, x_before)  # inputs untouched
     np.testing.assert_array_equal(y, y_before)
 
 
 def test_vector_argument_views(backend, dtype):
     rng = np.random.default_rng(1)
-    a = rng.normal(size=(5, 6)).astype(dtype)[:, ::2]    # (5, 3), non-contiguous rows
+    a = rng.normal(size=(5, 6)).astype(dtype)[:, ::2]  # (5, 3), non-contiguous rows
     b = np.broadcast_to(rng.normal(size=3).astype(dtype), (5, 3))
     out, (ga, gb) = rowdot.value_and_vjp(a, b, np.ones(5, dtype))
     np.testing.assert_allclose(out, (a * b).sum(-1), rtol=1e-5)
@@ -167,8 +184,8 @@ def test_read_only_inputs_and_writable_fresh_results(backend, dtype):
     for r in (out, gx, gy, mix(x, y), *mix.vjp(x, y, cot)):
         assert r.flags.writeable and r.flags.owndata or r.base is not None and r.flags.writeable
         assert not any(np.shares_memory(r, a) for a in (x, y, cot))
-        r[...] = 0                                         # and writing to it is fine
-    ro = np.frombuffer(np.linspace(-1, 1, 4).astype(dtype).tobytes(), dtype=dtype)   # a read-only buffer
+        r[...] = 0  # and writing to it is fine
+    ro = np.frombuffer(np.linspace(-1, 1, 4).astype(dtype).tobytes(), dtype=dtype)  # a read-only buffer
     assert not ro.flags.writeable
     np.testing.assert_allclose(softplus(ro), np.log1p(np.exp(ro)), rtol=1e-5)
 
@@ -177,6 +194,7 @@ def test_identity_result_does_not_alias_its_input(backend, dtype):
     @sg.function
     def ident(x):
         return x
+
     x = np.arange(4, dtype=dtype)
     out, (g,) = ident.value_and_vjp(x, np.ones(4, dtype))
     assert not np.shares_memory(out, x)
@@ -187,12 +205,22 @@ def test_identity_result_does_not_alias_its_input(backend, dtype):
 
 # -- wrong arguments ----------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("bad, kind", [
-    (np.arange(3), "int64"), (np.arange(3, dtype=np.int32), "int32"), (np.ones(3, np.float16), "float16"),
-    (np.ones(3, complex), "complex128"), (np.ones(3, np.complex64), "complex64"), (np.ones(3, bool), "bool"),
-    (np.array([1.0, "a", None], dtype=object), "object"), (np.array(["a", "b", "c"]), "<U1"),
-    ([1, 2, 3], "int64"), (True, "bool"),
-])
+
+@pytest.mark.parametrize(
+    "bad, kind",
+    [
+        (np.arange(3), "int64"),
+        (np.arange(3, dtype=np.int32), "int32"),
+        (np.ones(3, np.float16), "float16"),
+        (np.ones(3, complex), "complex128"),
+        (np.ones(3, np.complex64), "complex64"),
+        (np.ones(3, bool), "bool"),
+        (np.array([1.0, "a", None], dtype=object), "object"),
+        (np.array(["a", "b", "c"]), "<U1"),
+        ([1, 2, 3], "int64"),
+        (True, "bool"),
+    ],
+)
 def test_wrong_dtype_names_the_argument(backend, bad, kind):
     with pytest.raises(sg.ArgumentError, match=rf"mix: argument 'y' has dtype {kind}"):
         mix(np.ones(3), bad)
@@ -207,13 +235,20 @@ def test_wrong_cotangent_dtype_and_shape_name_it(backend):
         mix.vjp(np.ones(3), np.ones(3), np.ones(4))
 
 
-@pytest.mark.parametrize("a, b, pattern", [
-    (np.ones((5, 3)), np.ones((5, 4)), r"rowdot: argument 'b' must have trailing shape \(3,\)"),
-    (np.ones((2, 3, 1)), np.ones(3), r"rowdot: argument 'a' must have trailing shape \(3,\)"),
-    (np.ones((4, 3)), np.ones((5, 3)), r"rowdot: argument batch shapes do not broadcast: 'a' \(4,\), 'b' \(5,\)"),
-    (np.float64(1.0), np.ones(3), r"rowdot: argument 'a' must have trailing shape \(3,\)"),
-    (1.0, np.ones(3), r"rowdot: argument 'a' must have trailing shape \(3,\), got a Python number"),
-])
+@pytest.mark.parametrize(
+    "a, b, pattern",
+    [
+        (np.ones((5, 3)), np.ones((5, 4)), r"rowdot: argument 'b' must have trailing shape \(3,\)"),
+        (np.ones((2, 3, 1)), np.ones(3), r"rowdot: argument 'a' must have trailing shape \(3,\)"),
+        (
+            np.ones((4, 3)),
+            np.ones((5, 3)),
+            r"rowdot: argument batch shapes do not broadcast: 'a' \(4,\), 'b' \(5,\)",
+        ),
+        (np.float64(1.0), np.ones(3), r"rowdot: argument 'a' must have trailing shape \(3,\)"),
+        (1.0, np.ones(3), r"rowdot: argument 'a' must have trailing shape \(3,\), got a Python number"),
+    ],
+)
 def test_wrong_shapes_name_the_argument(backend, a, b, pattern):
     with pytest.raises(sg.ArgumentError, match=pattern):
         rowdot(a, b)
@@ -222,22 +257,31 @@ def test_wrong_shapes_name_the_argument(backend, a, b, pattern):
 def test_python_numbers_and_0d_arrays(backend, dtype):
     assert mix(0.5, 1.0).shape == () and mix(0.5, 1.0).dtype == np.float64
     out = mix(np.float32(0.5) if dtype == "float32" else 0.5, np.ones(3, dtype))
-    assert out.dtype == np.dtype(dtype) and out.shape == (3,)          # Python scalars are weak
+    assert out.dtype == np.dtype(dtype) and out.shape == (3,)  # Python scalars are weak
 
 
 # -- models that misbehave ---------------------------------------------------------------------------------------
 
+
 def symgrad_cli(*args, cwd, timeout=300, env_extra=None):
     env = dict(os.environ, PYTHONPATH=str(ROOT), **(env_extra or {}))
-    return subprocess.run([sys.executable, "-m", "symgrad", *args], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "symgrad", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def test_model_that_raises_at_import_is_one_line(tmp_path):
     (tmp_path / "boom.py").write_text("import symgrad as sg\n\nraise ValueError('boom at import')\n")
     r = symgrad_cli("compile", "boom.py", cwd=tmp_path)
     assert r.returncode == 1
-    assert r.stderr.strip() == "symgrad: error: boom.py:3: ValueError while importing the model: boom at import"
+    assert (
+        r.stderr.strip() == "symgrad: error: boom.py:3: ValueError while importing the model: boom at import"
+    )
     assert not (tmp_path / "boom_symgrad").exists()
 
 
@@ -246,11 +290,13 @@ def test_model_that_raises_inside_a_function_keeps_the_previous_package(tmp_path
     model.write_text("import symgrad as sg\n@sg.function\ndef f(x):\n    return x * 2\n")
     assert symgrad_cli("compile", "m.py", cwd=tmp_path).returncode == 0
     before = (tmp_path / "m_symgrad" / "manifest.json").read_text()
-    model.write_text("import symgrad as sg\n@sg.function\ndef f(x):\n    return x * 2\n"
-                     "@sg.function\ndef g(x):\n    return 1 / 0\n")
+    model.write_text(
+        "import symgrad as sg\n@sg.function\ndef f(x):\n    return x * 2\n"
+        "@sg.function\ndef g(x):\n    return 1 / 0\n"
+    )
     r = symgrad_cli("compile", "m.py", cwd=tmp_path)
     assert r.returncode == 1 and "g (line 7): ZeroDivisionError" in r.stderr
-    assert (tmp_path / "m_symgrad" / "manifest.json").read_text() == before     # no work lost
+    assert (tmp_path / "m_symgrad" / "manifest.json").read_text() == before  # no work lost
 
 
 def test_model_that_loops_forever_at_import_times_out(tmp_path):
@@ -263,8 +309,9 @@ def test_model_that_loops_forever_at_import_times_out(tmp_path):
 
 
 def test_function_that_loops_forever_while_tracing_times_out(tmp_path):
-    (tmp_path / "spin2.py").write_text("import symgrad as sg\n@sg.function\ndef f(x):\n"
-                                       "    while True:\n        x = x + 0\n")
+    (tmp_path / "spin2.py").write_text(
+        "import symgrad as sg\n@sg.function\ndef f(x):\n    while True:\n        x = x + 0\n"
+    )
     r = symgrad_cli("compile", "spin2.py", "--timeout", "2", cwd=tmp_path, timeout=60)
     assert r.returncode == 1 and "gave up after 2 s" in r.stderr, r.stderr
 
@@ -276,20 +323,22 @@ def test_model_with_500_functions_compiles_in_reasonable_time(tmp_path, backend)
     """500 small functions: the package (numpy + C source) and the C build, each timed."""
     body = ["import symgrad as sg"]
     for k in range(N_FUNCTIONS):
-        body.append(f"@sg.function\ndef f{k}(x, y):\n    return sg.sin(x * {k + 1}) * y + sg.exp(-y**2) * {k}")
+        body.append(
+            f"@sg.function\ndef f{k}(x, y):\n    return sg.sin(x * {k + 1}) * y + sg.exp(-y**2) * {k}"
+        )
     (tmp_path / "many.py").write_text("\n".join(body) + "\n")
     start = time.perf_counter()
     result = compile_model(tmp_path / "many.py")
     compile_s = time.perf_counter() - start
     assert len(result.kernels) == N_FUNCTIONS
-    module = sg.compile(tmp_path / "many.py")          # in-process, into the cache
+    module = sg.compile(tmp_path / "many.py")  # in-process, into the cache
     start = time.perf_counter()
     x = np.array([0.25, 0.5])
-    out, (gx, gy) = module.f499.value_and_vjp(x, x, np.ones(2))   # loads (and for C, builds) all 500
+    out, (gx, gy) = module.f499.value_and_vjp(x, x, np.ones(2))  # loads (and for C, builds) all 500
     load_s = time.perf_counter() - start
-    np.testing.assert_allclose(out, np.sin(x * 500) * x + np.exp(-x**2) * 499)
+    np.testing.assert_allclose(out, np.sin(x * 500) * x + np.exp(-(x**2)) * 499)
     np.testing.assert_allclose(gx, 500 * np.cos(x * 500) * x)
-    np.testing.assert_allclose(gy, np.sin(x * 500) - 2 * x * np.exp(-x**2) * 499)
+    np.testing.assert_allclose(gy, np.sin(x * 500) - 2 * x * np.exp(-(x**2)) * 499)
     print(f"\n500 functions: compile {compile_s:.1f} s, first call on {backend} {load_s:.1f} s")
     assert compile_s < 240, f"compiling 500 functions took {compile_s:.0f} s"
     assert load_s < 300, f"loading 500 functions on {backend} took {load_s:.0f} s"
@@ -299,27 +348,36 @@ def test_huge_expression_hits_the_size_limit_quickly(monkeypatch):
     @sg.function
     def dag(x):
         e = x
-        for _ in range(60):               # a DAG with 2**60 tree nodes: must not be walked
+        for _ in range(60):  # a DAG with 2**60 tree nodes: must not be walked
             e = sg.sin(e) + sg.cos(e)
         return e
+
     start = time.perf_counter()
-    with pytest.raises(sg.ExpressionTooLarge, match=r"dag: the traced expression has more than 200000 nodes; "
-                                                    r".*raise SYMGRAD_MAX_OPS"):
+    with pytest.raises(
+        sg.ExpressionTooLarge,
+        match=r"dag: the traced expression has more than 200000 nodes; "
+        r".*raise SYMGRAD_MAX_OPS",
+    ):
         dag.trace()
     assert time.perf_counter() - start < 20
 
 
 def test_size_limit_from_the_environment_through_the_cli(tmp_path):
-    (tmp_path / "big.py").write_text(textwrap.dedent("""\
+    (tmp_path / "big.py").write_text(
+        textwrap.dedent("""\
         import symgrad as sg
         @sg.function
         def big(x):
             return sum(sg.sin(x * k) for k in range(1, 200))
-    """))
+    """)
+    )
     r = symgrad_cli("compile", "big.py", cwd=tmp_path, env_extra={"SYMGRAD_MAX_OPS": "100"})
     assert r.returncode == 1
-    assert r.stderr.strip().splitlines()[-1].startswith(
-        "symgrad: error: big.py:2: big: the traced expression has more than 100 nodes")
+    assert (
+        r.stderr.strip()
+        .splitlines()[-1]
+        .startswith("symgrad: error: big.py:2: big: the traced expression has more than 100 nodes")
+    )
 
 
 # -- names ----------------------------------------------------------------------------------------------------------
@@ -387,7 +445,7 @@ NAMES_REFERENCE = {
     "unicode": (4, lambda a: np.sin(a[0]) * a[1] + a[2] * a[3]),
     "tanh": (1, lambda a: np.tanh(a[0]) * 2),
     "exp": (1, lambda a: np.exp(a[0]) + 1),
-    "sqrt": (1, lambda a: np.sqrt(1 + a[0]**2)),
+    "sqrt": (1, lambda a: np.sqrt(1 + a[0] ** 2)),
     "main": (1, lambda a: a[0] + 1),
     "sigmoid": (1, lambda a: a[0] / (1 + np.exp(-a[0]))),
 }
@@ -412,7 +470,9 @@ def test_awkward_names_compile_and_run(names_module, backend, dtype, name):
     for i, g in enumerate(grads):
         up = [a + h * (j == i) for j, a in enumerate(args)]
         down = [a - h * (j == i) for j, a in enumerate(args)]
-        fd = (reference([a.astype(np.float64) for a in up]) - reference([a.astype(np.float64) for a in down])) / (2 * h)
+        fd = (
+            reference([a.astype(np.float64) for a in up]) - reference([a.astype(np.float64) for a in down])
+        ) / (2 * h)
         np.testing.assert_allclose(g, fd, rtol=1e-3, atol=1e-3, err_msg=f"{name}: gradient {i}")
     assert fn.name == name
 
@@ -420,7 +480,7 @@ def test_awkward_names_compile_and_run(names_module, backend, dtype, name):
 def test_awkward_names_give_valid_generated_code(names_module):
     for name in NAMES_REFERENCE:
         fn = getattr(names_module, name)
-        ast.parse(fn.source("numpy"))                          # importable Python
+        ast.parse(fn.source("numpy"))  # importable Python
         assert "(int64_t n," in fn.source("c")
 
 
@@ -438,18 +498,27 @@ def test_parameters_named_like_c_macro_families(tmp_path):
     """Parameters named like reserved macro families compile and compute the right values and gradients in C
     (in a subprocess: an earlier renaming loop hung on them)."""
     names = ["FLT_MAX", "Py_x", "SG_y", "HAVE_z", "INT64_C", "SIZEOF_T"]
-    (tmp_path / "macro.py").write_text(f"import symgrad as sg\n@sg.function\ndef f({', '.join(names)}):\n"
-                                       f"    return {' * '.join(names)}\n")
-    use = ("import numpy as np, symgrad as sg\nsg.set_backend('c')\nm = sg.compile('macro.py')\n"
-           "x = [np.array([k + 2.0]) for k in range(6)]\nout, g = m.f.value_and_vjp(*x, np.ones(1))\n"
-           "assert m.f.backend == 'c'\nprint(float(out[0]), [float(v[0]) for v in g])\n")
+    (tmp_path / "macro.py").write_text(
+        f"import symgrad as sg\n@sg.function\ndef f({', '.join(names)}):\n    return {' * '.join(names)}\n"
+    )
+    use = (
+        "import numpy as np, symgrad as sg\nsg.set_backend('c')\nm = sg.compile('macro.py')\n"
+        "x = [np.array([k + 2.0]) for k in range(6)]\nout, g = m.f.value_and_vjp(*x, np.ones(1))\n"
+        "assert m.f.backend == 'c'\nprint(float(out[0]), [float(v[0]) for v in g])\n"
+    )
     try:
-        r = subprocess.run([sys.executable, "-c", use], cwd=tmp_path, env=dict(os.environ, PYTHONPATH=str(ROOT)),
-                           capture_output=True, text=True, timeout=120)
+        r = subprocess.run(
+            [sys.executable, "-c", use],
+            cwd=tmp_path,
+            env=dict(os.environ, PYTHONPATH=str(ROOT)),
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
     except subprocess.TimeoutExpired:
         pytest.fail("compiling parameters named like C macros hangs")
     assert r.returncode == 0, r.stderr
-    assert r.stdout.split()[0] == "5040.0"                       # 2*3*4*5*6*7
+    assert r.stdout.split()[0] == "5040.0"  # 2*3*4*5*6*7
     assert r.stdout.split(" ", 1)[1].strip() == str([5040.0 / (k + 2) for k in range(6)])
 
 
@@ -462,12 +531,20 @@ def test_lambda_cannot_be_a_parameter(tmp_path):
 # -- injection ------------------------------------------------------------------------------------------------------
 
 EVIL = '*/ system("rm -rf /"); /* """ \'\'\' \\ \n#include <stdlib.h>\n__import__("builtins").SG_PWNED = 1 # '
-EVIL_FILE_NAMES = ["evil.py", 'we"""ird.py', "new\nline.py", "back\\slash.py", "semi;colon'quote.py", "ünï cödé.py",
-                   "star*%2Fslash.py", "sg_pwned=1;#.py"]
+EVIL_FILE_NAMES = [
+    "evil.py",
+    'we"""ird.py',
+    "new\nline.py",
+    "back\\slash.py",
+    "semi;colon'quote.py",
+    "ünï cödé.py",
+    "star*%2Fslash.py",
+    "sg_pwned=1;#.py",
+]
 
 
 def _evil_source() -> str:
-    return textwrap.dedent(f'''\
+    return textwrap.dedent(f"""\
         import symgrad as sg
 
         @sg.function
@@ -479,7 +556,7 @@ def _evil_source() -> str:
         def evil2(x, y):
             "*/ int sg_pwned = 1; /*"
             return x * y
-    ''')
+    """)
 
 
 def _evil_model(tmp_path: Path, filename: str) -> Path:
@@ -495,14 +572,14 @@ def _check_generated(fn) -> None:
         assert not isinstance(node, (ast.Import, ast.ImportFrom, ast.Global, ast.Delete)), ast.dump(node)
         if isinstance(node, ast.Call):
             assert ast.unparse(node.func).startswith(("numpy.", "_sg.")), ast.unparse(node)
-    code = re.sub(r"/\*.*?\*/", "", fn.source("c"), flags=re.S)         # C outside comments
-    assert "/*" not in code and "*/" not in code                        # every comment closed, none nested
+    code = re.sub(r"/\*.*?\*/", "", fn.source("c"), flags=re.S)  # C outside comments
+    assert "/*" not in code and "*/" not in code  # every comment closed, none nested
     for bad in ("system", "stdlib", "sg_pwned", "rm -rf", "SG_PWNED"):
         assert bad not in code, bad
 
 
 def _check_runs(evil, evil2) -> None:
-    assert evil.__doc__.startswith('*/ system("rm -rf /")')                # the docstring survives as data
+    assert evil.__doc__.startswith('*/ system("rm -rf /")')  # the docstring survives as data
     x = np.array([-1.0, 2.0])
     np.testing.assert_allclose(evil(x), np.where(x > 0, x * 0.5, np.exp(x)))
     np.testing.assert_allclose(evil2(x, x), x * x)
@@ -517,8 +594,14 @@ def test_nothing_in_docstrings_or_file_names_reaches_generated_code(tmp_path, fi
         _check_generated(fn)
 
 
-@pytest.mark.parametrize("co_filename", [
-    'dir/evil */ int sg_pwned = 1; /* """\nimport os\n""".py', "x\n*/\nint sg_pwned;\n/*\\", '"""; SG_PWNED = 1; """'])
+@pytest.mark.parametrize(
+    "co_filename",
+    [
+        'dir/evil */ int sg_pwned = 1; /* """\nimport os\n""".py',
+        "x\n*/\nint sg_pwned;\n/*\\",
+        '"""; SG_PWNED = 1; """',
+    ],
+)
 def test_source_file_names_that_no_file_system_allows(co_filename, backend):
     """``@sg.function`` on code compiled under any file name (exec, notebooks): the origin goes into comments
     and docstrings of both targets, and stays inert there."""
@@ -539,6 +622,7 @@ def test_injection_in_a_whole_package(tmp_path):
     for bad in ("system", "stdlib", "sg_pwned", "rm -rf"):
         assert bad not in code, bad
     import json
+
     json.loads((result.path / "manifest.json").read_text())
     yaml_lines = (result.path / "derivatives.yaml").read_text().splitlines()
     assert all(line.startswith(("#", "- name: ", "  ")) for line in yaml_lines), yaml_lines
@@ -572,9 +656,11 @@ def test_huge_constant_terms_do_not_stall_printing():
     minutes for exp(exp(exp(40))) (found by make fuzz); symgrad's printers keep SymPy's canonical order. (SymPy's
     own diff of such a constant is still slow: a known limit.)"""
     import sympy
+
     from emitters.c import SymgradCPrinter
     from emitters.numpy import SymgradNumPyPrinter
-    from symgrad.display import formula
+    from symgrad.compiler.display import formula
+
     x = sympy.Symbol("x", real=True)
     e = x + sympy.sqrt(2) + sympy.exp(sympy.exp(sympy.exp(40))) * sympy.sin(x)
     start = time.perf_counter()

@@ -9,6 +9,7 @@
 - ``symgrad compile`` interrupted by SIGINT (while deriving, or while writing the package) leaves the
   previous package intact, or none, and no staging directories behind.
 """
+
 from __future__ import annotations
 
 import json
@@ -25,7 +26,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from symgrad.backends import direct
+from symgrad.backends.c import direct
+from symgrad.build.cache import cache_root
 
 ROOT = Path(__file__).resolve().parents[1]
 N_PROCESSES = 4
@@ -46,13 +48,18 @@ X = [-2.0, -0.5, 0.0, 0.5, 3.0]
 
 def _expected():
     x = np.array(X)
-    return {"softplus": np.log1p(np.exp(x)).tolist(),
-            "blend": (np.sin(x) * np.exp(-x**2) + np.log1p(x**4)).tolist()}
+    return {
+        "softplus": np.log1p(np.exp(x)).tolist(),
+        "blend": (np.sin(x) * np.exp(-(x**2)) + np.log1p(x**4)).tolist(),
+    }
 
 
 def env_for(cache: Path | str, **extra) -> dict:
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
-               SYMGRAD_CACHE_DIR=str(cache))
+    env = dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+        SYMGRAD_CACHE_DIR=str(cache),
+    )
     env.update(extra)
     return env
 
@@ -68,8 +75,7 @@ def _model_and_cache(tmp_path: Path) -> tuple[Path, Path]:
 
 def _seed_toolchain(cache: Path) -> None:
     """Copy this machine's toolchain probe into a fresh cache (probing costs a second per process)."""
-    from symgrad import build_c
-    shared = build_c.cache_root() / "c"
+    shared = cache_root() / "c"
     (cache / "c").mkdir(parents=True, exist_ok=True)
     for probe in shared.glob(".toolchain-*.json"):
         (cache / "c" / probe.name).write_bytes(probe.read_bytes())
@@ -77,18 +83,23 @@ def _seed_toolchain(cache: Path) -> None:
 
 # -- concurrent compiles --------------------------------------------------------------------------------------
 
+
 def _compile_and_run(model: str, cache: str, start: str, backend: str) -> dict:
     """One worker process: wait for the start signal, then compile the model and run it."""
     os.environ["SYMGRAD_CACHE_DIR"] = cache
     sys.path.insert(0, str(ROOT))
     import symgrad as sg
+
     while not os.path.exists(start):
         time.sleep(0.001)
     module = sg.compile(model)
     sg.set_backend(backend)
     x = np.array(X)
-    return {"softplus": module.softplus(x).tolist(), "blend": module.blend(x, x).tolist(),
-            "backend": module.softplus.backend}
+    return {
+        "softplus": module.softplus(x).tolist(),
+        "blend": module.blend(x, x).tolist(),
+        "backend": module.softplus.backend,
+    }
 
 
 @pytest.mark.parametrize("backend", ["c", "numpy"])
@@ -97,9 +108,11 @@ def test_processes_compiling_the_same_model_at_once_all_succeed(tmp_path, backen
     start = tmp_path / "go"
     ctx = multiprocessing.get_context("spawn")
     with ctx.Pool(N_PROCESSES) as pool:
-        pending = [pool.apply_async(_compile_and_run, (str(model), str(cache), str(start), backend))
-                   for _ in range(N_PROCESSES)]
-        time.sleep(1.5)                          # all four imported symgrad and wait at the start line
+        pending = [
+            pool.apply_async(_compile_and_run, (str(model), str(cache), str(start), backend))
+            for _ in range(N_PROCESSES)
+        ]
+        time.sleep(1.5)  # all four imported symgrad and wait at the start line
         start.write_text("go")
         results = [p.get(timeout=600) for p in pending]
     want = _expected()
@@ -109,8 +122,13 @@ def test_processes_compiling_the_same_model_at_once_all_succeed(tmp_path, backen
         np.testing.assert_allclose(r["blend"], want["blend"], rtol=1e-12)
     packages = [p for p in (cache / "models").iterdir() if not p.name.startswith(".")]
     assert len(packages) == 1
-    leftovers = [p.name for d in (cache / "models", cache / "c") if d.is_dir() for p in d.iterdir()
-                 if p.name.startswith((".tmp-", ".old-", ".trash-"))]
+    leftovers = [
+        p.name
+        for d in (cache / "models", cache / "c")
+        if d.is_dir()
+        for p in d.iterdir()
+        if p.name.startswith((".tmp-", ".old-", ".trash-"))
+    ]
     assert not leftovers
     if backend == "c":
         assert len(_c_entries(cache)) == 1
@@ -119,13 +137,23 @@ def test_processes_compiling_the_same_model_at_once_all_succeed(tmp_path, backen
 def test_cli_compiles_into_one_output_directory_at_once(tmp_path):
     (tmp_path / "model.py").write_text(MODEL)
     start = tmp_path / "go"
-    code = ("import os, sys, time\n"
-            f"while not os.path.exists({str(start)!r}): time.sleep(0.001)\n"
-            "from symgrad.cli import main\n"
-            "sys.exit(main(['compile', 'model.py', '--force']))\n")
-    procs = [subprocess.Popen([sys.executable, "-c", code], cwd=tmp_path, env=env_for(tmp_path / "cache"),
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for _ in range(N_PROCESSES)]
+    code = (
+        "import os, sys, time\n"
+        f"while not os.path.exists({str(start)!r}): time.sleep(0.001)\n"
+        "from symgrad.cli import main\n"
+        "sys.exit(main(['compile', 'model.py', '--force']))\n"
+    )
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", code],
+            cwd=tmp_path,
+            env=env_for(tmp_path / "cache"),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(N_PROCESSES)
+    ]
     time.sleep(1.0)
     start.write_text("go")
     for p in procs:
@@ -134,9 +162,18 @@ def test_cli_compiles_into_one_output_directory_at_once(tmp_path):
     manifest = json.loads((tmp_path / "model_symgrad" / "manifest.json").read_text())
     assert [f["name"] for f in manifest["functions"]] == ["softplus", "blend"]
     assert not _staging_leftovers(tmp_path)
-    r = subprocess.run([sys.executable, "-c", "import numpy as np, model_symgrad as m; "
-                        f"print(m.softplus(np.array({X})).tolist())"], cwd=tmp_path, capture_output=True,
-                       text=True, env=env_for(tmp_path / "cache"), timeout=300)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            f"import numpy as np, model_symgrad as m; print(m.softplus(np.array({X})).tolist())",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env=env_for(tmp_path / "cache"),
+        timeout=300,
+    )
     assert r.returncode == 0, r.stderr
     np.testing.assert_allclose(json.loads(r.stdout), _expected()["softplus"], rtol=1e-12)
 
@@ -156,8 +193,13 @@ print(json.dumps({{"softplus": m.softplus(x).tolist(), "blend": m.blend(x, x).to
 
 
 def run_child(model: Path, cache: Path, backend: str, **env) -> dict:
-    r = subprocess.run([sys.executable, "-c", CHILD, str(model), backend], capture_output=True, text=True,
-                       env=env_for(cache, **env), timeout=600)
+    r = subprocess.run(
+        [sys.executable, "-c", CHILD, str(model), backend],
+        capture_output=True,
+        text=True,
+        env=env_for(cache, **env),
+        timeout=600,
+    )
     assert r.returncode == 0, r.stderr
     result = json.loads(r.stdout.strip().splitlines()[-1])
     want = _expected()
@@ -180,8 +222,11 @@ def built(tmp_path):
 
 def _c_entries(cache: Path) -> list[Path]:
     """The model's C cache entries (the backend's direct-call module has its own entry)."""
-    return [p for p in (cache / "c").iterdir() if (p / "build.json").exists()
-            and json.loads((p / "build.json").read_text())["label"] != direct.LABEL]
+    return [
+        p
+        for p in (cache / "c").iterdir()
+        if (p / "build.json").exists() and json.loads((p / "build.json").read_text())["label"] != direct.LABEL
+    ]
 
 
 def _c_entry(cache: Path) -> Path:
@@ -195,10 +240,16 @@ def _damage(path: Path, how: str) -> None:
         path.unlink()
         return
     data = path.read_bytes()
-    path.write_bytes({"truncate": data[: len(data) // 3], "empty": b"", "garbage": os.urandom(len(data)),
-                      "zero the ELF header": b"\0" * 64 + data[64:],
-                      "wrong json": json.dumps({"functions": []}).encode(),
-                      "syntax": data.replace(b"def ", b"def def ", 1)}[how])
+    path.write_bytes(
+        {
+            "truncate": data[: len(data) // 3],
+            "empty": b"",
+            "garbage": os.urandom(len(data)),
+            "zero the ELF header": b"\0" * 64 + data[64:],
+            "wrong json": json.dumps({"functions": []}).encode(),
+            "syntax": data.replace(b"def ", b"def def ", 1),
+        }[how]
+    )
 
 
 @pytest.mark.parametrize("damage", ["truncate", "zero the ELF header", "empty", "delete"])
@@ -223,9 +274,13 @@ def test_broken_package_manifest_is_rebuilt(built, damage):
     assert json.loads(manifest.read_text()) == json.loads(text)
 
 
-@pytest.mark.parametrize("backend, filename, damage", [
-    *[("numpy", "kernels_numpy.py", d) for d in ("truncate", "syntax", "empty", "delete")],
-    ("c", "kernels.c", "truncate")])
+@pytest.mark.parametrize(
+    "backend, filename, damage",
+    [
+        *[("numpy", "kernels_numpy.py", d) for d in ("truncate", "syntax", "empty", "delete")],
+        ("c", "kernels.c", "truncate"),
+    ],
+)
 def test_broken_generated_source_is_rebuilt(built, backend, filename, damage):
     model, cache, package = built
     kernels = package / filename
@@ -248,8 +303,13 @@ def test_broken_jit_entry_is_rebuilt(tmp_path):
     """)
 
     def run() -> list:
-        r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                           env=env_for(cache, SYMGRAD_BACKEND="numpy"), timeout=300)
+        r = subprocess.run(
+            [sys.executable, "-c", code],
+            capture_output=True,
+            text=True,
+            env=env_for(cache, SYMGRAD_BACKEND="numpy"),
+            timeout=300,
+        )
         assert r.returncode == 0, r.stderr
         return json.loads(r.stdout)
 
@@ -265,6 +325,7 @@ def test_broken_jit_entry_is_rebuilt(tmp_path):
 
 
 # -- unusable cache directory --------------------------------------------------------------------------------
+
 
 def _read_only_dir(tmp_path: Path) -> Path:
     """A directory nobody can create files in: chmod 555, or for root (who ignores modes) /proc/self."""
@@ -296,7 +357,7 @@ def test_cache_directory_that_is_a_file_falls_back(tmp_path):
     result = run_child(model, blocker / "cache", "numpy", PYTHONWARNINGS="always")
     assert result["stderr"].count("is not usable") == 1
     used = Path(re.search(r"; using (\S+) for this process", result["stderr"])[1])
-    assert used.name.startswith("symgrad-cache-") and not used.exists()      # removed when the process ended
+    assert used.name.startswith("symgrad-cache-") and not used.exists()  # removed when the process ended
 
 
 FULL_DISK_CHILD = f"""
@@ -321,16 +382,24 @@ print(json.dumps({{"softplus": m.softplus(x).tolist(), "blend": m.blend(x, x).to
 @pytest.mark.parametrize("backend", ["c", "numpy"])
 def test_full_cache_directory_falls_back_with_one_warning_and_no_debris(tmp_path, backend):
     model, cache = _model_and_cache(tmp_path)
-    r = subprocess.run([sys.executable, "-c", FULL_DISK_CHILD, str(model), backend], capture_output=True,
-                       text=True, env=env_for(cache, PYTHONWARNINGS="always"), timeout=600)
+    r = subprocess.run(
+        [sys.executable, "-c", FULL_DISK_CHILD, str(model), backend],
+        capture_output=True,
+        text=True,
+        env=env_for(cache, PYTHONWARNINGS="always"),
+        timeout=600,
+    )
     assert r.returncode == 0, r.stderr
     assert r.stderr.count("is not usable") == 1 and "No space left on device" in r.stderr, r.stderr
     result = json.loads(r.stdout.strip().splitlines()[-1])
     assert result["backend"] == backend
     np.testing.assert_allclose(result["softplus"], _expected()["softplus"], rtol=1e-12)
     np.testing.assert_allclose(result["blend"], _expected()["blend"], rtol=1e-12)
-    debris = [str(p.relative_to(cache)) for p in cache.rglob("*")
-              if p.is_file() and not p.name.startswith(".toolchain-")]
+    debris = [
+        str(p.relative_to(cache))
+        for p in cache.rglob("*")
+        if p.is_file() and not p.name.startswith(".toolchain-")
+    ]
     assert not debris, debris
 
 
@@ -353,7 +422,7 @@ SLOW_MODEL = textwrap.dedent("""\
 #: ``symgrad compile`` with the package publication slowed down, to interrupt it while files are written.
 SLOW_PUBLISH = textwrap.dedent("""\
     import sys, time
-    import symgrad.build as build
+    import symgrad.build.package as build
     _publish = build.publish_dir
     def slow_publish(stage, dest):
         print("publishing", file=sys.stderr, flush=True)
@@ -368,6 +437,7 @@ SLOW_PUBLISH = textwrap.dedent("""\
 def _interrupt_when(proc: subprocess.Popen, marker: str, timeout: float = 120) -> tuple[str, str]:
     """Read stderr until ``marker`` shows up, send SIGINT, wait; returns (stderr before, stderr after)."""
     import select
+
     seen = b""
     deadline = time.monotonic() + timeout
     fd = proc.stderr.fileno()
@@ -394,13 +464,24 @@ def test_sigint_while_deriving_leaves_previous_package_or_none(tmp_path, previou
     package = tmp_path / "model_symgrad"
     if previous:
         model.write_text(MODEL)
-        r = subprocess.run([sys.executable, "-m", "symgrad", "compile", "model.py"], cwd=tmp_path,
-                           env=env_for(tmp_path / "cache"), capture_output=True, text=True, timeout=300)
+        r = subprocess.run(
+            [sys.executable, "-m", "symgrad", "compile", "model.py"],
+            cwd=tmp_path,
+            env=env_for(tmp_path / "cache"),
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert r.returncode == 0, r.stderr
         before = {p.name: p.read_bytes() for p in package.iterdir()}
     model.write_text(SLOW_MODEL)
-    proc = subprocess.Popen([sys.executable, "-m", "symgrad", "compile", "model.py"], cwd=tmp_path,
-                            env=env_for(tmp_path / "cache"), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "symgrad", "compile", "model.py"],
+        cwd=tmp_path,
+        env=env_for(tmp_path / "cache"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     seen, err = _interrupt_when(proc, "[2/2] slow")
     assert proc.returncode == 130, seen + err
     assert "symgrad: interrupted" in err
@@ -417,13 +498,24 @@ def test_sigint_while_writing_the_package_leaves_previous_package_or_none(tmp_pa
     package = tmp_path / "model_symgrad"
     model.write_text(MODEL)
     if previous:
-        r = subprocess.run([sys.executable, "-m", "symgrad", "compile", "model.py"], cwd=tmp_path,
-                           env=env_for(tmp_path / "cache"), capture_output=True, text=True, timeout=300)
+        r = subprocess.run(
+            [sys.executable, "-m", "symgrad", "compile", "model.py"],
+            cwd=tmp_path,
+            env=env_for(tmp_path / "cache"),
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert r.returncode == 0, r.stderr
         before = {p.name: p.read_bytes() for p in package.iterdir()}
         model.write_text(MODEL + "\n\n@sg.function\ndef extra(x):\n    return x + 1\n")
-    proc = subprocess.Popen([sys.executable, "-c", SLOW_PUBLISH, "compile", "model.py"], cwd=tmp_path,
-                            env=env_for(tmp_path / "cache"), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", SLOW_PUBLISH, "compile", "model.py"],
+        cwd=tmp_path,
+        env=env_for(tmp_path / "cache"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     seen, err = _interrupt_when(proc, "publishing")
     assert proc.returncode == 130, seen + err
     if previous:
@@ -440,17 +532,25 @@ def test_damaged_cli_package_names_the_file_and_symgrad_compile_repairs_it(tmp_p
     (tmp_path / "model.py").write_text(MODEL)
     env = env_for(tmp_path / "cache", SYMGRAD_BACKEND=backend)
     compile_cmd = [sys.executable, "-m", "symgrad", "compile", "model.py"]
-    assert subprocess.run(compile_cmd, cwd=tmp_path, env=env, capture_output=True, timeout=300).returncode == 0
+    assert (
+        subprocess.run(compile_cmd, cwd=tmp_path, env=env, capture_output=True, timeout=300).returncode == 0
+    )
     package = tmp_path / "model_symgrad"
     damaged = package / ("kernels_numpy.py" if backend == "numpy" else "kernels.c")
     good = damaged.read_text()
     damaged.write_text(good[: len(good) // 2])
     use = ["-c", f"import numpy as np, model_symgrad as m; print(m.softplus(np.array({X})).tolist())"]
-    r = subprocess.run([sys.executable, *use], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    r = subprocess.run(
+        [sys.executable, *use], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
+    )
     assert r.returncode != 0
     assert "PackageError" in r.stderr and str(damaged) in r.stderr and "symgrad compile" in r.stderr, r.stderr
-    assert subprocess.run(compile_cmd, cwd=tmp_path, env=env, capture_output=True, timeout=300).returncode == 0
+    assert (
+        subprocess.run(compile_cmd, cwd=tmp_path, env=env, capture_output=True, timeout=300).returncode == 0
+    )
     assert damaged.read_text() == good
-    r = subprocess.run([sys.executable, *use], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    r = subprocess.run(
+        [sys.executable, *use], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
+    )
     assert r.returncode == 0, r.stderr
     np.testing.assert_allclose(json.loads(r.stdout), _expected()["softplus"], rtol=1e-12)

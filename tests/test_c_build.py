@@ -1,5 +1,6 @@
 """The C build cache and backend: keys, concurrent builds, broken entries, compiler errors, no compiler,
 and the ``run`` contract (materialization, dtype checks, fresh outputs)."""
+
 from __future__ import annotations
 
 import os
@@ -14,15 +15,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from symgrad import build_c
-from symgrad.backends import BackendUnavailable
-from symgrad.errors import CompileError
+from symgrad.backends.c import cffi_build as build_c
+from symgrad.build.cache import cache_root
+from symgrad.errors import BackendUnavailable, CompileError, CompilerUnavailable
 
 ROOT = Path(__file__).resolve().parents[1]
 
 try:
     TOOLCHAIN = build_c.toolchain()
-except build_c.CompilerUnavailable as exc:  # pragma: no cover - machines without a compiler
+except CompilerUnavailable as exc:  # pragma: no cover - machines without a compiler
     pytest.skip(f"no C toolchain: {exc}", allow_module_level=True)
 
 CDEF = "void twice__forward_f64(int64_t, const double *, double *);"
@@ -42,7 +43,7 @@ def source(salt: float) -> str:
 CHILD = """
 import os, sys, time
 import numpy as np
-from symgrad import build_c
+from symgrad.backends.c import cffi_build as build_c
 start = os.environ.get("SG_TEST_START")
 while start and not os.path.exists(start):
     time.sleep(0.001)
@@ -56,7 +57,7 @@ print(out.tolist())
 @pytest.fixture
 def cache(tmp_path, monkeypatch):
     """A private cache directory, seeded with this machine's toolchain probe (probing takes ~1 s)."""
-    shared = build_c.cache_root() / "c"
+    shared = cache_root() / "c"
     root = tmp_path / "cache"
     (root / "c").mkdir(parents=True)
     for probe in shared.glob(".toolchain-*.json"):
@@ -72,8 +73,13 @@ def child_env(extra: dict | None = None) -> dict:
 
 
 def run_child(src: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", CHILD, src, CDEF], capture_output=True, text=True,
-                          env=child_env(env), timeout=300)
+    return subprocess.run(
+        [sys.executable, "-c", CHILD, src, CDEF],
+        capture_output=True,
+        text=True,
+        env=child_env(env),
+        timeout=300,
+    )
 
 
 def entries(cdir: Path) -> list[Path]:
@@ -81,6 +87,7 @@ def entries(cdir: Path) -> list[Path]:
 
 
 # -- keys and warm loads ----------------------------------------------------------------------------------
+
 
 def test_key_covers_source_cdef_and_toolchain():
     key = build_c.build_key(source(1.0), CDEF, TOOLCHAIN)
@@ -104,10 +111,10 @@ def test_build_then_warm_load(cache):
     x, out = np.arange(3.0), np.empty(3)
     m.lib.twice__forward_f64(3, m.ffi.from_buffer("double[]", x), m.ffi.from_buffer("double[]", out))
     assert out.tolist() == [3.0, 5.0, 7.0]
-    assert build_c.load(src, CDEF) is m                      # same process: the loaded module
+    assert build_c.load(src, CDEF) is m  # same process: the loaded module
     (entry,) = entries(cache)
     stamp = (entry / "build.json").stat().st_mtime_ns
-    r = run_child(src)                                       # another process: a cache hit, no rebuild
+    r = run_child(src)  # another process: a cache hit, no rebuild
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "[3.0, 5.0, 7.0, 9.0]"
     assert (entry / "build.json").stat().st_mtime_ns == stamp and len(entries(cache)) == 1
@@ -117,10 +124,17 @@ def test_build_then_warm_load(cache):
 def test_concurrent_builds_all_succeed(cache, tmp_path):
     src = source(4.0)
     start = tmp_path / "go"
-    procs = [subprocess.Popen([sys.executable, "-c", CHILD, src, CDEF], stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True, env=child_env({"SG_TEST_START": str(start)}))
-             for _ in range(4)]
-    time.sleep(1.0)               # let all four import and wait at the start line
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", CHILD, src, CDEF],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=child_env({"SG_TEST_START": str(start)}),
+        )
+        for _ in range(4)
+    ]
+    time.sleep(1.0)  # let all four import and wait at the start line
     start.write_text("go")
     results = [p.communicate(timeout=300) for p in procs]
     for p, (out, err) in zip(procs, results):
@@ -146,6 +160,7 @@ def test_corrupted_entry_is_rebuilt(cache):
 
 # -- errors -------------------------------------------------------------------------------------------------
 
+
 def test_compile_error_names_file_and_shows_compiler_output(cache):
     bad = source(6.0).replace("2.0*x[i]", "2.0*x[i] +* undefined_thing")
     with pytest.raises(CompileError) as info:
@@ -159,7 +174,7 @@ def test_compile_error_names_file_and_shows_compiler_output(cache):
 
 def test_no_compiler_raises_backend_unavailable(monkeypatch):
     monkeypatch.setenv("CC", "/nonexistent/cc")
-    with pytest.raises(build_c.CompilerUnavailable, match="nonexistent") as info:
+    with pytest.raises(CompilerUnavailable, match="nonexistent") as info:
         build_c.load(source(7.0), CDEF)
     assert isinstance(info.value, BackendUnavailable)
 
@@ -167,10 +182,17 @@ def test_no_compiler_raises_backend_unavailable(monkeypatch):
 def test_unusable_cache_dir_falls_back_with_one_warning(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")
-    code = CHILD.replace("m = build_c.load", "import warnings\nwarnings.simplefilter('always')\nm = build_c.load")
+    code = CHILD.replace(
+        "m = build_c.load", "import warnings\nwarnings.simplefilter('always')\nm = build_c.load"
+    )
     code += "m = build_c.load(sys.argv[1].replace('8.0', '9.0'), sys.argv[2])\n"
-    r = subprocess.run([sys.executable, "-c", code, source(8.0), CDEF], capture_output=True, text=True,
-                       env=child_env({"SYMGRAD_CACHE_DIR": str(blocker / "sub")}), timeout=300)
+    r = subprocess.run(
+        [sys.executable, "-c", code, source(8.0), CDEF],
+        capture_output=True,
+        text=True,
+        env=child_env({"SYMGRAD_CACHE_DIR": str(blocker / "sub")}),
+        timeout=300,
+    )
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "[8.0, 10.0, 12.0, 14.0]"
     assert r.stderr.count("not usable") == 1
@@ -195,7 +217,7 @@ def test_list_and_clear(cache):
 
 # -- the backend's run() contract -----------------------------------------------------------------------------
 
-MODEL = '''
+MODEL = """
 import symgrad as sg
 
 @sg.function
@@ -205,13 +227,14 @@ def blend(x, y):
 @sg.function
 def norm3(p: sg.Vector(3), s):
     return sg.sqrt(p[0]**2 + p[1]**2 + p[2]**2) * s
-'''
+"""
 
 
 @pytest.fixture(scope="module")
 def package(tmp_path_factory):
-    from symgrad.backends import Package
-    from symgrad.build import compile_model
+    from symgrad.build.compile import compile_model
+    from symgrad.build.package import Package
+
     d = tmp_path_factory.mktemp("model")
     (d / "model.py").write_text(MODEL)
     return Package(compile_model(d / "model.py").path)
@@ -220,16 +243,19 @@ def package(tmp_path_factory):
 @pytest.fixture(scope="module")
 def kernels(package):
     from symgrad.backends.c import CBackend
+
     return CBackend().load(package)
 
 
 def test_backend_registered():
     from symgrad import backends
+
     assert "c" in backends.available()
 
 
 def test_run_matches_numpy_backend(package, kernels):
     from symgrad.backends.numpy import NumPyBackend
+
     ref = NumPyBackend().load(package)
     rng = np.random.default_rng(0)
     for dtype in (np.float64, np.float32):
@@ -244,19 +270,19 @@ def test_run_matches_numpy_backend(package, kernels):
 def test_run_materializes_broadcast_and_strided_inputs(kernels):
     run = kernels.program("blend", "value_and_vjp", np.float64)
     x = np.linspace(-2, 2, 12).reshape(3, 4)
-    y = np.array([0.5, 1.0, 1.5, 2.0])                    # broadcast along the batch
-    g = 1.0                                               # a Python scalar
+    y = np.array([0.5, 1.0, 1.5, 2.0])  # broadcast along the batch
+    g = 1.0  # a Python scalar
     full = run((x, np.broadcast_to(y, (3, 4)).copy(), np.ones((3, 4))), (3, 4))
     for a, b in zip(run((x, y, g), (3, 4)), full):
         np.testing.assert_array_equal(a, b)
-    xt = np.asfortranarray(x)                             # not C-contiguous
+    xt = np.asfortranarray(x)  # not C-contiguous
     for a, b in zip(run((xt, y[None, :], np.ones((1, 1))), (3, 4)), full):
         np.testing.assert_array_equal(a, b)
 
 
 def test_run_checks_dtype_instead_of_reinterpreting(kernels):
     run64 = kernels.program("blend", "forward", np.float64)
-    x32 = np.linspace(-1, 1, 8, dtype=np.float32)         # from_buffer would read 4 doubles out of it
+    x32 = np.linspace(-1, 1, 8, dtype=np.float32)  # from_buffer would read 4 doubles out of it
     (out,) = run64((x32, np.ones(8)), (8,))
     (ref,) = run64((x32.astype(np.float64), np.ones(8)), (8,))
     np.testing.assert_array_equal(out, ref)
@@ -290,7 +316,7 @@ def test_run_empty_and_scalar_batches(kernels):
 def test_run_copies_an_unaligned_input(kernels):
     run = kernels.program("blend", "value_and_vjp", np.float64)
     raw = np.zeros(8 * 12 + 1, np.uint8)
-    x = np.frombuffer(raw.data, np.float64, count=12, offset=1)   # a float64 view at an odd address
+    x = np.frombuffer(raw.data, np.float64, count=12, offset=1)  # a float64 view at an odd address
     x[...] = np.linspace(-2, 2, 12)
     assert not x.flags.aligned
     for a, b in zip(run((x, 0.5, 1.0), (12,)), run((x.copy(), 0.5, 1.0), (12,))):
@@ -299,22 +325,27 @@ def test_run_copies_an_unaligned_input(kernels):
 
 def test_cffi_call_matches_the_direct_call(package, monkeypatch):
     """Where the direct-call extension cannot be built, the kernels run through cffi, with the same results."""
-    from symgrad.backends import c as c_backend, direct
+    from symgrad.backends import c as c_backend
+    from symgrad.backends.c import direct
+
     rng = np.random.default_rng(1)
     x, y, g = (rng.normal(size=(4, 5)) for _ in range(3))
     p = np.abs(rng.normal(size=(3, 3))).astype(np.float32)
     s = np.ones(3, np.float32)
-    cases = [("blend", "value_and_vjp", np.float64, (x, y, g), (4, 5)), ("blend", "forward", np.float64, (x, y), (4, 5)),
-             ("blend", "value_and_vjp", np.float64, (np.asfortranarray(x), 0.5, g), (4, 5)),
-             ("norm3", "forward", np.float32, (p, s), (3,))]
+    cases = [
+        ("blend", "value_and_vjp", np.float64, (x, y, g), (4, 5)),
+        ("blend", "forward", np.float64, (x, y), (4, 5)),
+        ("blend", "value_and_vjp", np.float64, (np.asfortranarray(x), 0.5, g), (4, 5)),
+        ("norm3", "forward", np.float32, (p, s), (3,)),
+    ]
 
     def results(via: str) -> list:
-        kernels = c_backend.CBackend().load(package)       # a fresh kernel set: its runs are made now
+        kernels = c_backend.CBackend().load(package)  # a fresh kernel set: its runs are made now
         runs = [kernels.program(f, prog, dtype) for f, prog, dtype, _, _ in cases]
         assert all(via in run.__qualname__ for run in runs)
         return [run(args, batch) for run, (_, _, _, args, batch) in zip(runs, cases)]
 
-    assert direct.caller() is not None               # this machine builds it
+    assert direct.caller() is not None  # this machine builds it
     want = results("_direct_run")
     monkeypatch.setattr(direct, "_caller", [None])
     got = results("_make_run")
@@ -324,23 +355,26 @@ def test_cffi_call_matches_the_direct_call(package, monkeypatch):
 
 
 def test_direct_call_refuses_bad_buffers(kernels):
-    from symgrad.backends import direct
+    from symgrad.backends.c import direct
+
     call = direct.caller()
-    address = int(kernels.ffi.cast("uintptr_t", kernels.ffi.addressof(kernels.lib, "blend__forward_f64__ptrs")))
+    address = int(
+        kernels.ffi.cast("uintptr_t", kernels.ffi.addressof(kernels.lib, "blend__forward_f64__ptrs"))
+    )
     x, y, out = np.ones(4), np.ones(4), np.zeros(4)
     call(address, 4, 2, 8, x, y, out)
     np.testing.assert_allclose(out, np.sin(1.0) * np.exp(-1.0) + np.log(2.0))
     frozen = np.zeros(4)
     frozen.flags.writeable = False
     with pytest.raises((ValueError, BufferError)):
-        call(address, 4, 2, 8, x, y, frozen)              # a result must be writable
+        call(address, 4, 2, 8, x, y, frozen)  # a result must be writable
     with pytest.raises(ValueError, match="not C-contiguous|contiguous"):
         call(address, 4, 2, 8, np.ones(8)[::2], y, out)
     with pytest.raises(TypeError, match="address, n, n_inputs, itemsize"):
         call(address, 4, 2, 8)
     assert not frozen.any()
     run = kernels.program("blend", "forward", np.float64)
-    for inputs in ((x,), (x, y, out)):                    # the run refuses before any pointer reaches C
+    for inputs in ((x,), (x, y, out)):  # the run refuses before any pointer reaches C
         with pytest.raises(TypeError, match=f"kernel takes 2 inputs, got {len(inputs)}"):
             run(inputs, (4,))
 
@@ -350,11 +384,12 @@ def test_parallel_rows_match_one_thread(kernels):
     (an odd count included), up to rounding: the few rows each share leaves to the vector loop's scalar tail
     (scalar libm rather than libmvec, 1 ulp apart) move with the split."""
     from symgrad.backends import c
+
     run = kernels.program("blend", "value_and_vjp", np.float64)
     rng = np.random.default_rng(2)
     before = c.get_num_threads()
     try:
-        for n in (45_001, 300_001, 1 << 19):          # blend's value_and_vjp_f64 threshold is 42,372 rows
+        for n in (45_001, 300_001, 1 << 19):  # blend's value_and_vjp_f64 threshold is 42,372 rows
             x, y, g = (rng.normal(size=n) for _ in range(3))
             c.set_num_threads(1)
             one = run((x, y, g), (n,))
@@ -370,6 +405,7 @@ def test_two_row_loops_on_threads_match_one_thread(package, kernels):
     """A two-row loop split between threads: each share pairs its own halves (an odd share does its middle row
     twice); up to rounding, as the rows that fall to the scalar tail move with the split."""
     from symgrad.backends import c
+
     assert "SG_ROWS(142857, sg_rows_blend__forward_f32" in package.read("c")
     assert "sg_skip" in package.read("c").split("sg_rows_blend__forward_f32", 1)[1].split("}")[0]
     run = kernels.program("blend", "forward", np.float32)
@@ -383,13 +419,16 @@ def test_two_row_loops_on_threads_match_one_thread(package, kernels):
             c.set_num_threads(2)
             two = run((x, y), (n,))[0]
             np.testing.assert_allclose(two, one, rtol=1e-5, atol=1e-6)
-            np.testing.assert_allclose(two, np.sin(x) * np.exp(-y**2) + np.log1p(x**2 * y**2), rtol=2e-5, atol=1e-6)
+            np.testing.assert_allclose(
+                two, np.sin(x) * np.exp(-(y**2)) + np.log1p(x**2 * y**2), rtol=2e-5, atol=1e-6
+            )
     finally:
         c.set_num_threads(before)
 
 
 def test_set_num_threads(kernels):
     from symgrad.backends import c
+
     before = c.get_num_threads()
     c.set_num_threads(1)
     assert c.get_num_threads() == 1

@@ -1,5 +1,6 @@
 """The C emitter: printer cases as inline strings, whole files that compile, and kernels that agree with a
 NumPy evaluation of the same IR (values, gradients, NaN/inf at the edges) in float64 and float32."""
+
 from __future__ import annotations
 
 import re
@@ -13,12 +14,15 @@ from sympy import Piecewise
 
 import emitters
 import symgrad
-import symgrad.frontend as fe
-import symgrad.functions as sg
+import symgrad as fe
+import symgrad.compiler.functions as sg
 from emitters.c import DTYPES, CEmitter, SymgradCPrinter, c_safe, cdef
-from symgrad import build_c, npfuncs
-from symgrad.lower import lower
-from symgrad.primitives import logaddexp, maximum, minimum, sigmoid, softplus, xlogy
+from symgrad import abi
+from symgrad.backends import npfuncs
+from symgrad.backends.c import cffi_build as build_c
+from symgrad.compiler import compile_spec
+from symgrad.compiler.primitives import logaddexp, maximum, minimum, sigmoid, softplus, xlogy
+from symgrad.errors import CompilerUnavailable
 
 F64, F32 = DTYPES
 x, y = sympy.symbols("x y", real=True)
@@ -35,46 +39,56 @@ def c32(expr) -> str:
 
 # -- printer ----------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("expr, f64, f32", [
-    (sympy.exp(x), "exp(x)", "expf(x)"),
-    (sympy.sin(x) * sympy.cos(x), "sin(x)*sg_cos_f64(x)", "sinf(x)*sg_cos_f32(x)"),
-    (sympy.log(x) + sympy.tanh(y), "log(x) + sg_tanh_f64(y)", "logf(x) + tanhf(y)"),
-    (sympy.atan2(y, x), "atan2(y, x)", "atan2f(y, x)"),
-    (sympy.Abs(x), "fabs(x)", "fabsf(x)"),
-    (sympy.floor(x), "floor(x)", "floorf(x)"),
-    (sympy.ceiling(x), "ceil(x)", "ceilf(x)"),
-    (sympy.erf(x), "erf(x)", "erff(x)"),
-    (x**2, "x*x", "x*x"),
-    (x**3, "x*x*x", "x*x*x"),
-    (x**-1, "1.0/x", "1.0F/x"),
-    (x**-2, "1.0/(x*x)", "1.0F/(x*x)"),
-    (y / x**3, "y/(x*x*x)", "y/(x*x*x)"),
-    (-2 * y / x**3, "-2.0*y/(x*x*x)", "-2.0F*y/(x*x*x)"),
-    (-(x**2), "-(x*x)", "-(x*x)"),
-    ((x + 1)**2, "(1.0 + x)*(1.0 + x)", "(1.0F + x)*(1.0F + x)"),
-    (sympy.sqrt(x), "sqrt(x)", "sqrtf(x)"),
-    (1 / sympy.sqrt(x), "1.0/sqrt(x)", "1.0F/sqrtf(x)"),
-    (y / x**sympy.Rational(3, 2), "y/(x*sqrt(x))", "y/(x*sqrtf(x))"),
-    (x**7, "pow(x, 7.0)", "powf(x, 7.0F)"),
-    (x**y, "pow(x, y)", "powf(x, y)"),
-    (x / 2, "0.5*x", "0.5F*x"),
-    (x / 3, "0.3333333333333333*x", "0.33333334F*x"),
-    (sympy.Float(0.1) * x, "0.1*x", "0.1F*x"),
-    (sympy.pi * x, "3.141592653589793*x", "3.1415927F*x"),
-    (sympy.E + x, "2.718281828459045 + x", "2.7182817F + x"),
-    (sympy.sqrt(2) * x, "sqrt(2.0)*x", "sqrtf(2.0F)*x"),
-    (sg.where(x > 0, x, -sympy.oo), "(x > 0.0 ? x : -INFINITY)", "(x > 0.0F ? x : -INFINITY)"),
-    (maximum(x, 0), "sg_maximum_f64(x, 0.0)", "sg_maximum_f32(x, 0.0F)"),
-    (xlogy(x, y), "sg_xlogy_f64(x, y)", "sg_xlogy_f32(x, y)"),
-    (sympy.Max(x, y), "sg_maximum_f64(x, y)", "sg_maximum_f32(x, y)"),
-    (minimum(x, 1), "sg_minimum_f64(x, 1.0)", "sg_minimum_f32(x, 1.0F)"),
-    (sympy.sign(x), "sg_sign_f64(x)", "sg_sign_f32(x)"),
-    (sg.where(x > 0, sympy.sqrt(x), 0), "(x > 0.0 ? sqrt(x) : 0.0)", "(x > 0.0F ? sqrtf(x) : 0.0F)"),
-    (Piecewise((x, x < 0), (y, x <= 1)), "(x < 0.0 ? x : (x <= 1.0 ? y : NAN))",
-     "(x < 0.0F ? x : (x <= 1.0F ? y : NAN))"),
-    (Piecewise((1, sympy.And(x > 0, sympy.Or(y < 1, sympy.Not(sympy.Eq(x, y))))), (0, True)),
-     "((x > 0.0) && ((y < 1.0) || (x != y)) ? 1.0 : 0.0)", None),
-])
+
+@pytest.mark.parametrize(
+    "expr, f64, f32",
+    [
+        (sympy.exp(x), "exp(x)", "expf(x)"),
+        (sympy.sin(x) * sympy.cos(x), "sin(x)*sg_cos_f64(x)", "sinf(x)*sg_cos_f32(x)"),
+        (sympy.log(x) + sympy.tanh(y), "log(x) + sg_tanh_f64(y)", "logf(x) + tanhf(y)"),
+        (sympy.atan2(y, x), "atan2(y, x)", "atan2f(y, x)"),
+        (sympy.Abs(x), "fabs(x)", "fabsf(x)"),
+        (sympy.floor(x), "floor(x)", "floorf(x)"),
+        (sympy.ceiling(x), "ceil(x)", "ceilf(x)"),
+        (sympy.erf(x), "erf(x)", "erff(x)"),
+        (x**2, "x*x", "x*x"),
+        (x**3, "x*x*x", "x*x*x"),
+        (x**-1, "1.0/x", "1.0F/x"),
+        (x**-2, "1.0/(x*x)", "1.0F/(x*x)"),
+        (y / x**3, "y/(x*x*x)", "y/(x*x*x)"),
+        (-2 * y / x**3, "-2.0*y/(x*x*x)", "-2.0F*y/(x*x*x)"),
+        (-(x**2), "-(x*x)", "-(x*x)"),
+        ((x + 1) ** 2, "(1.0 + x)*(1.0 + x)", "(1.0F + x)*(1.0F + x)"),
+        (sympy.sqrt(x), "sqrt(x)", "sqrtf(x)"),
+        (1 / sympy.sqrt(x), "1.0/sqrt(x)", "1.0F/sqrtf(x)"),
+        (y / x ** sympy.Rational(3, 2), "y/(x*sqrt(x))", "y/(x*sqrtf(x))"),
+        (x**7, "pow(x, 7.0)", "powf(x, 7.0F)"),
+        (x**y, "pow(x, y)", "powf(x, y)"),
+        (x / 2, "0.5*x", "0.5F*x"),
+        (x / 3, "0.3333333333333333*x", "0.33333334F*x"),
+        (sympy.Float(0.1) * x, "0.1*x", "0.1F*x"),
+        (sympy.pi * x, "3.141592653589793*x", "3.1415927F*x"),
+        (sympy.E + x, "2.718281828459045 + x", "2.7182817F + x"),
+        (sympy.sqrt(2) * x, "sqrt(2.0)*x", "sqrtf(2.0F)*x"),
+        (sg.where(x > 0, x, -sympy.oo), "(x > 0.0 ? x : -INFINITY)", "(x > 0.0F ? x : -INFINITY)"),
+        (maximum(x, 0), "sg_maximum_f64(x, 0.0)", "sg_maximum_f32(x, 0.0F)"),
+        (xlogy(x, y), "sg_xlogy_f64(x, y)", "sg_xlogy_f32(x, y)"),
+        (sympy.Max(x, y), "sg_maximum_f64(x, y)", "sg_maximum_f32(x, y)"),
+        (minimum(x, 1), "sg_minimum_f64(x, 1.0)", "sg_minimum_f32(x, 1.0F)"),
+        (sympy.sign(x), "sg_sign_f64(x)", "sg_sign_f32(x)"),
+        (sg.where(x > 0, sympy.sqrt(x), 0), "(x > 0.0 ? sqrt(x) : 0.0)", "(x > 0.0F ? sqrtf(x) : 0.0F)"),
+        (
+            Piecewise((x, x < 0), (y, x <= 1)),
+            "(x < 0.0 ? x : (x <= 1.0 ? y : NAN))",
+            "(x < 0.0F ? x : (x <= 1.0F ? y : NAN))",
+        ),
+        (
+            Piecewise((1, sympy.And(x > 0, sympy.Or(y < 1, sympy.Not(sympy.Eq(x, y))))), (0, True)),
+            "((x > 0.0) && ((y < 1.0) || (x != y)) ? 1.0 : 0.0)",
+            None,
+        ),
+    ],
+)
 def test_printer(expr, f64, f32):
     assert c64(expr) == f64
     if f32 is not None:
@@ -82,7 +96,7 @@ def test_printer(expr, f64, f32):
 
 
 def test_float32_literals_all_carry_F():
-    expr = sympy.Rational(1, 7) * x + sympy.Float("1e-3") * sympy.exp(-x**2 / 2) + sympy.pi
+    expr = sympy.Rational(1, 7) * x + sympy.Float("1e-3") * sympy.exp(-(x**2) / 2) + sympy.pi
     text = c32(expr)
     literals = re.findall(r"\d+\.\d*(?:e[-+]?\d+)?F?", text)
     assert literals and all(lit.endswith("F") for lit in literals), text
@@ -107,8 +121,24 @@ def test_unsupported_function_is_an_error():
 
 
 def test_c_safe_names():
-    for bad in ("NAN", "INFINITY", "linux", "unix", "stderr", "M_PI", "EOF", "exp", "expf", "tanhf", "SG_LOOP",
-                "_Bool_", "INT64_MAX", "EDOM", "HUGE_VAL", "Py_None"):
+    for bad in (
+        "NAN",
+        "INFINITY",
+        "linux",
+        "unix",
+        "stderr",
+        "M_PI",
+        "EOF",
+        "exp",
+        "expf",
+        "tanhf",
+        "SG_LOOP",
+        "_Bool_",
+        "INT64_MAX",
+        "EDOM",
+        "HUGE_VAL",
+        "Py_None",
+    ):
         assert not c_safe(bad), bad
     for good in ("x", "W", "X_0_1", "M_0_0", "cam_3", "grad_x", "t0", "E", "Ex"):
         assert c_safe(good), good
@@ -116,8 +146,9 @@ def test_c_safe_names():
 
 # -- whole files ------------------------------------------------------------------------------------------
 
+
 def kernels_of(*fns):
-    return [lower(fe.function(f).trace()) for f in fns]
+    return [compile_spec(fe.function(f).trace()) for f in fns]
 
 
 def f_keywords(int, double, NAN, linux, exp, stderr, M_PI, EOF, float_):  # noqa: A002 (names under test)
@@ -129,7 +160,7 @@ def softplus_fn(x):
 
 
 def blend(x, y):
-    return sg.sin(x) * sg.exp(-y**2) + sg.log(1 + x**2 * y**2)
+    return sg.sin(x) * sg.exp(-(y**2)) + sg.log(1 + x**2 * y**2)
 
 
 def gelu_tanh(x):
@@ -169,7 +200,7 @@ def angles(x, y):
 
 
 def norm3(p: fe.Vector(3), s):
-    return sg.sqrt(p[0]**2 + p[1]**2 + p[2]**2) * s
+    return sg.sqrt(p[0] ** 2 + p[1] ** 2 + p[2] ** 2) * s
 
 
 def det2(A: fe.Matrix(2, 2)):
@@ -186,13 +217,29 @@ def two_outputs(x, y):
 
 def big(x, y):
     """A 20+-operation formula."""
-    a = sg.tanh(x * y + 1) * sg.exp(-x**2 / 4)
+    a = sg.tanh(x * y + 1) * sg.exp(-(x**2) / 4)
     b = sg.log1p(sg.exp(-sg.abs(y))) + sg.sigmoid(x - y) * sg.cos(x + y)
     return a * b + sg.sqrt(1 + a**2) - sg.logaddexp(x, 2 * y) / (1 + b**2) + sg.atan(x * b)
 
 
-ALL = (softplus_fn, blend, gelu_tanh, gelu_erf, sqrt_relu, neo_relu, lse, kinks, xlog, rational, angles,
-       norm3, det2, scale3, two_outputs, big)
+ALL = (
+    softplus_fn,
+    blend,
+    gelu_tanh,
+    gelu_erf,
+    sqrt_relu,
+    neo_relu,
+    lse,
+    kinks,
+    xlog,
+    rational,
+    angles,
+    norm3,
+    det2,
+    scale3,
+    two_outputs,
+    big,
+)
 
 
 @pytest.fixture(scope="module")
@@ -226,16 +273,19 @@ def test_parallel_threshold_follows_the_work_per_row(all_kernels):
     """A loop runs on all threads from fewer rows when its rows cost more: math calls weigh CALL_COST, and
     a float64 row twice a float32 one; always within [PARALLEL_MIN_ROWS_FLOOR, PARALLEL_MIN_ROWS]."""
     from emitters import c as ce
+
     by_name = {k.name: k for k in all_kernels}
     f64, f32 = DTYPES
-    rows = {name: ce._parallel_min_rows(by_name[name].program("value_and_vjp"), f64)
-            for name in ("neo_relu", "kinks", "blend", "big")}
-    assert rows["neo_relu"] == ce.PARALLEL_MIN_ROWS               # two selects and a multiply
+    rows = {
+        name: ce._parallel_min_rows(by_name[name].program("value_and_vjp"), f64)
+        for name in ("neo_relu", "kinks", "blend", "big")
+    }
+    assert rows["neo_relu"] == ce.PARALLEL_MIN_ROWS  # two selects and a multiply
     assert ce.PARALLEL_MIN_ROWS_FLOOR < rows["big"] < rows["blend"] < rows["kinks"] < rows["neo_relu"]
     kinks = by_name["kinks"].program("value_and_vjp")
-    assert ce._row_cost(kinks) == kinks.op_count()                # maximum, relu, clamp, abs: no calls
+    assert ce._row_cost(kinks) == kinks.op_count()  # maximum, relu, clamp, abs: no calls
     big = by_name["big"].program("value_and_vjp")
-    assert ce._row_cost(big) >= big.op_count() + (ce.CALL_COST - 1) * 8       # tanh exp log1p sigmoid cos ...
+    assert ce._row_cost(big) >= big.op_count() + (ce.CALL_COST - 1) * 8  # tanh exp log1p sigmoid cos ...
     assert abs(ce._parallel_min_rows(big, f32) - min(2 * rows["big"], ce.PARALLEL_MIN_ROWS)) <= 1
     text = CEmitter().emit_program(by_name["big"], big, f64)
     assert f"SG_ROWS({rows['big']}, sg_rows_big__value_and_vjp_f64" in text
@@ -276,19 +326,22 @@ def test_emit_function_and_cdef(all_kernels):
     proto = cdef([k])
     assert proto.count(";") == 4 * len(k.programs) and "restrict" not in proto
     assert "void softplus_fn__value_and_vjp_f32__ptrs(int64_t n, void *const *p);" in proto
-    assert "void softplus_fn__value_and_vjp_f32(int64_t n, const float *, const float *, float *, float *);" \
+    assert (
+        "void softplus_fn__value_and_vjp_f32(int64_t n, const float *, const float *, float *, float *);"
         in proto
+    )
 
 
 def test_cdef_from_manifest_matches_emitter(all_kernels):
-    from symgrad.build import kernel_manifest
+    from symgrad.build.package import kernel_manifest
+
     manifest = {"functions": [kernel_manifest(k, {}) for k in all_kernels]}
 
     def signatures(text):
         found = re.finditer(r"void (\w+)\((.*?)\);", text, re.S)
         return sorted((m.group(1), m.group(2).count("*")) for m in found)
 
-    assert signatures(cdef(all_kernels)) == signatures(build_c.cdef_from_manifest(manifest))
+    assert signatures(cdef(all_kernels)) == signatures(abi.cdef_from_manifest(manifest))
 
 
 def test_notes_are_comment_safe():
@@ -297,7 +350,9 @@ def test_notes_are_comment_safe():
     evil = type(program.body[0])(program.body[0].target, program.body[0].expr, "a */ b /* c \\ d \u00e9")
     program = type(program)(program.name, program.inputs, program.outputs, (evil, *program.body[1:]))
     text = CEmitter().emit_program(k, program, F64)
-    comment = text.splitlines()[text.splitlines().index(next(line for line in text.splitlines() if "a *" in line))]
+    comment = text.splitlines()[
+        text.splitlines().index(next(line for line in text.splitlines() if "a *" in line))
+    ]
     assert comment.count("*/") == 1 and comment.count("/*") == 1
 
 
@@ -309,8 +364,9 @@ def test_generated_c_compiles_cleanly(tmp_path, std, extra):
     src = tmp_path / "kernels.c"
     src.write_text(CEmitter().emit_module(kernels, emitters.ModelInfo("m.py", "test")))
     flags = [std, "-pedantic", "-Wall", "-Wextra", "-Werror", "-Wno-unknown-pragmas", "-Wno-unused-parameter"]
-    r = subprocess.run([GCC, *flags, *extra, "-c", str(src), "-o", str(tmp_path / "k.o")],
-                       capture_output=True, text=True)
+    r = subprocess.run(
+        [GCC, *flags, *extra, "-c", str(src), "-o", str(tmp_path / "k.o")], capture_output=True, text=True
+    )
     assert r.returncode == 0, r.stderr
 
 
@@ -326,11 +382,16 @@ def test_every_loop_vectorizes(tmp_path, all_kernels, module_text):
     # -fno-ipa-icf: gcc would otherwise fold a program identical to another (gelu's jvp and value_and_vjp)
     # into a tail call, whose own loop is then never analyzed
     flags = [f for f in tc.flags if f not in ("-fopenmp", "-fPIC")] + ["-fno-ipa-icf"]
-    r = subprocess.run([*tc.cc, *flags, "-fopt-info-vec-all", "-c", str(src), "-o", str(tmp_path / "k.o")],
-                       capture_output=True, text=True)
+    r = subprocess.run(
+        [*tc.cc, *flags, "-fopt-info-vec-all", "-c", str(src), "-o", str(tmp_path / "k.o")],
+        capture_output=True,
+        text=True,
+    )
     assert r.returncode == 0, r.stderr
-    counts = {int(line): int(k) for line, k in
-              re.findall(r"kernels\.c:(\d+):\d+: note: vectorized (\d+) loops in function", r.stderr)}
+    counts = {
+        int(line): int(k)
+        for line, k in re.findall(r"kernels\.c:(\d+):\d+: note: vectorized (\d+) loops in function", r.stderr)
+    }
     lines = module_text.splitlines()
     # a program's loop is in its static sg_rows_... function
     vectorized: dict[str, int] = {}
@@ -340,8 +401,12 @@ def test_every_loop_vectorizes(tmp_path, all_kernels, module_text):
             vectorized[found[1]] = vectorized.get(found[1], 0) + counts.get(i + 1, 0)
     assert len(vectorized) == 2 * sum(len(k.programs) for k in all_kernels)
     # rows wider than 4 values (a 3x4 Jacobian) are interleaved accesses gcc may leave to SLP: not checked
-    wide = {f"{k.name}__{p.name}_" for k in all_kernels for p in k.programs
-            if any(s.size > 4 for s in (*p.inputs, *p.outputs))}
+    wide = {
+        f"{k.name}__{p.name}_"
+        for k in all_kernels
+        for p in k.programs
+        if any(s.size > 4 for s in (*p.inputs, *p.outputs))
+    }
     missing = [name for name, k in vectorized.items() if k < 1 and not any(name.startswith(w) for w in wide)]
     assert not missing, f"loops not vectorized in {missing}"
 
@@ -355,8 +420,16 @@ def test_keyword_and_macro_names_are_renamed():
 
 # -- agreement with a NumPy evaluation of the same IR ------------------------------------------------------
 
-_NP = [{"xlogy": npfuncs.xlogy, "maximum": np.maximum, "minimum": np.minimum,
-        "erf": npfuncs.erf, "erfc": npfuncs.erfc}, "numpy"]
+_NP = [
+    {
+        "xlogy": npfuncs.xlogy,
+        "maximum": np.maximum,
+        "minimum": np.minimum,
+        "erf": npfuncs.erf,
+        "erfc": npfuncs.erfc,
+    },
+    "numpy",
+]
 
 
 def reference(program, arrays):
@@ -372,11 +445,30 @@ def reference(program, arrays):
             f = sympy.lambdify(syms, assign.expr, modules=_NP)
             n = len(next(iter(env.values())))
             env[assign.target] = np.broadcast_to(np.asarray(f(*[env[s] for s in syms]), np.float64), (n,))
-    return [np.stack([env[s] for s in slot.symbols], -1).reshape((-1, *slot.shape)) for slot in program.outputs]
+    return [
+        np.stack([env[s] for s in slot.symbols], -1).reshape((-1, *slot.shape)) for slot in program.outputs
+    ]
 
 
-EDGES = np.array([0.0, -0.0, 1.0, -1.0, 1e-300, -1e-300, 30.0, -30.0, 100.0, -100.0, 800.0, -800.0,
-                  np.inf, -np.inf, np.nan])
+EDGES = np.array(
+    [
+        0.0,
+        -0.0,
+        1.0,
+        -1.0,
+        1e-300,
+        -1e-300,
+        30.0,
+        -30.0,
+        100.0,
+        -100.0,
+        800.0,
+        -800.0,
+        np.inf,
+        -np.inf,
+        np.nan,
+    ]
+)
 
 
 def sample_inputs(program, n, dtype, rng):
@@ -387,7 +479,7 @@ def sample_inputs(program, n, dtype, rng):
             a = rng.normal(scale=3.0, size=shape)
             flat = a.reshape(n, -1)
             flat[: len(EDGES), 0] = EDGES
-            flat[len(EDGES): 2 * len(EDGES), -1] = EDGES      # pairs an edge with ordinary values
+            flat[len(EDGES) : 2 * len(EDGES), -1] = EDGES  # pairs an edge with ordinary values
         else:
             a = rng.normal(size=shape)
         arrays.append(a.astype(dtype))
@@ -398,15 +490,17 @@ def sample_inputs(program, n, dtype, rng):
 def compiled(all_kernels, module_text):
     try:
         return build_c.load(module_text, cdef(all_kernels), label="test_c_emitter")
-    except build_c.CompilerUnavailable as exc:
+    except CompilerUnavailable as exc:
         pytest.skip(f"no C toolchain: {exc}")
 
 
 def call(module, kernel, program, dtype, arrays):
-    from symgrad.backends.c import _SUFFIX, _make_run
-    fn = getattr(module.lib, f"{kernel.name}__{program.name}_{_SUFFIX[np.dtype(dtype)]}")
-    run = _make_run(fn, module.ffi, np.dtype(dtype), [s.shape for s in program.inputs],
-                    [s.shape for s in program.outputs])
+    from symgrad.backends.c import _make_run
+
+    fn = getattr(module.lib, abi.kernel_symbol(kernel.name, program.name, abi.DTYPE_SUFFIX[np.dtype(dtype)]))
+    run = _make_run(
+        fn, module.ffi, np.dtype(dtype), [s.shape for s in program.inputs], [s.shape for s in program.outputs]
+    )
     return run(tuple(arrays), (arrays[0].shape[0],))
 
 
@@ -430,15 +524,18 @@ def test_kernels_agree_with_reference(compiled, all_kernels, dtype):
                 assert g.dtype == np.dtype(dtype) and g.shape == (257, *slot.shape)
                 if dtype == "float64":
                     assert_agree(g, w, 1e-9, 1e-12, f"{k.name}.{program.name}.{slot.name}")
-                else:   # float32 kernel vs float64 reference on the same (float32) inputs
+                else:  # float32 kernel vs float64 reference on the same (float32) inputs
                     finite = np.isfinite(w) & (np.abs(w) < 1e30)
-                    assert_agree(np.where(finite, g, w), w, 2e-3, 1e-5, f"{k.name}.{program.name}.{slot.name}")
+                    assert_agree(
+                        np.where(finite, g, w), w, 2e-3, 1e-5, f"{k.name}.{program.name}.{slot.name}"
+                    )
 
 
 def test_two_row_loops_do_every_row(compiled, all_kernels):
     """A latency-bound loop does rows i and j = i + skip per iteration (an odd count does its middle row
     twice): every count, from none to a few vectors plus one, gives each row its own value."""
     from emitters import c as ce
+
     k = next(k for k in all_kernels if k.name == "gelu_tanh")
     program = k.program("value_and_vjp")
     f64, f32 = DTYPES
@@ -469,14 +566,24 @@ def test_untaken_branch_never_leaks(compiled, all_kernels, dtype):
 def test_stable_primitives_at_extremes(compiled, all_kernels, dtype):
     by = {k.name: k for k in all_kernels}
     big = np.array([-1e4, -800.0, -100.0, 0.0, 100.0, 800.0, 1e4, np.inf, -np.inf], dtype)
-    out, grad = call(compiled, by["softplus_fn"], by["softplus_fn"].program("value_and_vjp"), dtype,
-                     [big, np.ones_like(big)])
+    out, grad = call(
+        compiled,
+        by["softplus_fn"],
+        by["softplus_fn"].program("value_and_vjp"),
+        dtype,
+        [big, np.ones_like(big)],
+    )
     assert np.all(np.isfinite(out[:7])) and out[7] == np.inf and out[8] == 0
     e100 = np.exp(np.array(-100.0, dtype))
     np.testing.assert_array_equal(grad, [0, 0, e100 / (1 + e100), 0.5, 1, 1, 1, 1, 0])
     ninf = np.array([-np.inf, -np.inf, 0.0, np.nan], dtype)
-    out, ga, gb = call(compiled, by["lse"], by["lse"].program("value_and_vjp"), dtype,
-                       [ninf, np.array([-np.inf, 0.0, 0.0, 1.0], dtype), np.ones(4, dtype)])
+    out, ga, gb = call(
+        compiled,
+        by["lse"],
+        by["lse"].program("value_and_vjp"),
+        dtype,
+        [ninf, np.array([-np.inf, 0.0, 0.0, 1.0], dtype), np.ones(4, dtype)],
+    )
     assert out[0] == -np.inf and out[1] == 0 and np.isclose(out[2], np.log(2)) and np.isnan(out[3])
     assert ga[0] == 0.5 and gb[0] == 0.5 and ga[1] == 0 and gb[1] == 1
 
@@ -500,6 +607,7 @@ def c_compiled():
         if fn.backend != "c":
             pytest.skip("no C backend")
         return fn
+
     yield compiled
     symgrad.set_backend(previous)
 
@@ -536,7 +644,10 @@ def test_arguments_named_like_the_two_row_loop(c_compiled, dtype):
     of those names (three nested calls: two rows in float64 too)."""
     fn = c_compiled(two_row_names)
     suffix = "f32" if dtype == "float32" else "f64"
-    assert "sg_skip" in fn.source("c").split(f"sg_rows_two_row_names__value_and_vjp_{suffix}(", 1)[1].split("}")[0]
+    assert (
+        "sg_skip"
+        in fn.source("c").split(f"sg_rows_two_row_names__value_and_vjp_{suffix}(", 1)[1].split("}")[0]
+    )
     args = [np.linspace(-1, 1, 9, dtype=dtype) * (k + 1) for k in range(5)]
     u = args[0] * args[1] + args[3]
     t = np.sin(np.sin(u) + args[2])
@@ -562,8 +673,14 @@ def test_two_row_loops_with_vector_rows_and_a_uniform(c_compiled, dtype):
         e = np.exp(p[:, 2] * rate)
         want = np.stack([np.sin(s * p[:, 1]), e * p[:, 0]], -1)
         c1 = np.cos(s * p[:, 1]) * g[:, 0]
-        want_gp = np.stack([c1 * p[:, 1] * np.cos(p[:, 0] * rate) * rate + e * g[:, 1], c1 * s,
-                            e * p[:, 0] * rate * g[:, 1]], -1)
+        want_gp = np.stack(
+            [
+                c1 * p[:, 1] * np.cos(p[:, 0] * rate) * rate + e * g[:, 1],
+                c1 * s,
+                e * p[:, 0] * rate * g[:, 1],
+            ],
+            -1,
+        )
         want_rate = np.sum(c1 * p[:, 1] * np.cos(p[:, 0] * rate) * p[:, 0] + e * p[:, 0] * p[:, 2] * g[:, 1])
         tol = dict(rtol=2e-5, atol=2e-5) if dtype == "float32" else dict(rtol=1e-12, atol=1e-12)
         np.testing.assert_allclose(value, want, **tol)
@@ -587,10 +704,10 @@ def test_tanh_is_accurate_at_every_magnitude(c_compiled, dtype, max_ulp):
     x = np.concatenate([rng.normal(scale=s, size=4000) for s in (1e-30, 1e-8, 1e-3, 0.1, 1, 4, 30)])
     x = x.astype(dtype)
     value, (grad,) = fn.value_and_vjp(x, np.ones_like(x))
-    want = np.tanh(x.astype(np.float64)).astype(dtype)       # correctly rounded to ~0.5 ulp for float32
+    want = np.tanh(x.astype(np.float64)).astype(dtype)  # correctly rounded to ~0.5 ulp for float32
     ulp = np.abs(value.astype(np.float64) - want) / np.spacing(np.abs(want)).astype(np.float64)
     assert ulp.max() <= max_ulp, (ulp.max(), x[np.argmax(ulp)])
-    eps = np.finfo(dtype).eps          # 1 - tanh**2 cancels near |tanh| = 1: an absolute bound
+    eps = np.finfo(dtype).eps  # 1 - tanh**2 cancels near |tanh| = 1: an absolute bound
     np.testing.assert_allclose(grad, 1 - want.astype(np.float64) ** 2, rtol=8 * eps, atol=8 * eps)
     special = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1e-310 if dtype == "float64" else 1e-40], dtype)
     value, (grad,) = fn.value_and_vjp(special, np.ones_like(special))

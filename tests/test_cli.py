@@ -1,4 +1,5 @@
 """The symgrad command as a user runs it."""
+
 import os
 import shutil
 import subprocess
@@ -13,9 +14,16 @@ ROOT = Path(__file__).parent.parent
 
 def symgrad(*args, cwd, env_extra=None):
     import os
+
     env = dict(os.environ, PYTHONPATH=str(ROOT), **(env_extra or {}))
-    return subprocess.run([sys.executable, "-m", "symgrad", *args], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "symgrad", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 @pytest.fixture
@@ -33,11 +41,17 @@ def test_compile_then_up_to_date_then_import(model):
     r = symgrad("compile", "model.py", cwd=model)
     assert r.returncode == 0 and "up to date" in r.stdout
     # the warm import stays light: no SymPy, no cffi parser (the C module is prebuilt), no tape runtime
-    code = ("import sys, numpy as np, model_symgrad as m; "
-            "print(m.softplus.value_and_vjp(np.array([0.0]), np.array([1.0])), m.softplus(np.ones(2))); "
-            "print('heavy:', [k for k in ('sympy', 'cffi', 'symgrad.runtime') if k in sys.modules])")
+    code = (
+        "import sys, numpy as np, model_symgrad as m; "
+        "print(m.softplus.value_and_vjp(np.array([0.0]), np.array([1.0])), m.softplus(np.ones(2))); "
+        "print('heavy:', [k for k in ('sympy', 'cffi', 'symgrad.runtime') if k in sys.modules])"
+    )
     # the first import builds the C module into the (test session's) cache; the second one is warm
-    env = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "SYMGRAD_CACHE_DIR": os.environ["SYMGRAD_CACHE_DIR"]}
+    env = {
+        "PYTHONPATH": str(ROOT),
+        "PATH": "/usr/bin:/bin",
+        "SYMGRAD_CACHE_DIR": os.environ["SYMGRAD_CACHE_DIR"],
+    }
     for _ in range(2):
         r = subprocess.run([sys.executable, "-c", code], cwd=model, capture_output=True, text=True, env=env)
         assert r.returncode == 0, r.stderr
@@ -52,7 +66,11 @@ def test_output_directory_option(model):
 
 def test_show_formats(model):
     r = symgrad("show", "model.py", "softplus", cwd=model)
-    assert r.returncode == 0 and "vjp x: grad*sigmoid(x)" in r.stdout and "def softplus__value_and_vjp" in r.stdout
+    assert (
+        r.returncode == 0
+        and "vjp x: grad*sigmoid(x)" in r.stdout
+        and "def softplus__value_and_vjp" in r.stdout
+    )
     r = symgrad("show", "model.py", "--format", "yaml", cwd=model)
     assert '- name: "softplus(Tensor x) -> Tensor"' in r.stdout and '  x: "grad*sigmoid(x)"' in r.stdout
     r = symgrad("show", "model.py", "blend", "--format", "ir", cwd=model)
@@ -62,13 +80,15 @@ def test_show_formats(model):
 def test_check_passes_and_catches_a_wrong_hand_written_backward(model):
     r = symgrad("check", "model.py", cwd=model)
     assert r.returncode == 0 and r.stdout.count("ok ") == 6, r.stdout
-    (model / "hand.py").write_text(textwrap.dedent("""
+    (model / "hand.py").write_text(
+        textwrap.dedent("""
         import numpy as np
         def neo_relu_backward(x, grad_output):      # the article's mistake: 1 instead of grad_output
             return np.where(x > 0, 1.0, 0.0)
         def neo_relu_backward_right(x, grad_output):
             return np.where(x > 0, grad_output, 0.0)
-    """))
+    """)
+    )
     r = symgrad("check", "model.py", "neo_relu", "--against", "hand.py:neo_relu_backward", cwd=model)
     assert r.returncode == 1 and "FAIL neo_relu" in r.stdout
     r = symgrad("check", "model.py", "neo_relu", "--against", "hand.py:neo_relu_backward_right", cwd=model)
@@ -79,7 +99,7 @@ def test_errors_are_one_line_with_exit_code_1(tmp_path):
     (tmp_path / "bad.py").write_text("import symgrad as sg\n@sg.function\ndef f(x):\n    return x + nope\n")
     r = symgrad("compile", "bad.py", cwd=tmp_path)
     assert r.returncode == 1
-    assert r.stderr.strip().count("\n") == 1      # the progress line, then the error line
+    assert r.stderr.strip().count("\n") == 1  # the progress line, then the error line
     assert r.stderr.strip().splitlines()[-1].startswith("symgrad: error: bad.py:")
     r = symgrad("compile", "bad.py", cwd=tmp_path, env_extra={"SYMGRAD_DEBUG": "1"})
     assert "Traceback" in r.stderr

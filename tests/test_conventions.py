@@ -1,4 +1,5 @@
 """Kinks follow PyTorch 2.13 (measured values, not finite differences), on every backend and dtype."""
+
 import numpy as np
 import pytest
 
@@ -45,13 +46,16 @@ def grads(fn, *args, dtype="float64"):
     return fn.vjp(*arrays, np.ones_like(arrays[0]))
 
 
-@pytest.mark.parametrize("fn, x, want", [
-    (relu, [-1.0, 0.0, 2.0], [0, 0, 1]),
-    (relu6, [0.0, 3.0, 6.0, 7.0], [0, 1, 0, 0]),
-    (absolute, [-2.0, 0.0, 2.0], [-1, 0, 1]),
-    (clamp06, [-1.0, 0.0, 3.0, 6.0, 7.0], [0, 1, 1, 1, 0]),
-    (sign_floor, [-1.5, 0.0, 2.5], [0, 0, 0]),
-])
+@pytest.mark.parametrize(
+    "fn, x, want",
+    [
+        (relu, [-1.0, 0.0, 2.0], [0, 0, 1]),
+        (relu6, [0.0, 3.0, 6.0, 7.0], [0, 1, 0, 0]),
+        (absolute, [-2.0, 0.0, 2.0], [-1, 0, 1]),
+        (clamp06, [-1.0, 0.0, 3.0, 6.0, 7.0], [0, 1, 1, 1, 0]),
+        (sign_floor, [-1.5, 0.0, 2.5], [0, 0, 0]),
+    ],
+)
 def test_one_argument_kinks(backend, dtype, fn, x, want):
     np.testing.assert_array_equal(grads(fn, x, dtype=dtype)[0], want)
 

@@ -1,4 +1,5 @@
 """Bad models and bad arguments give one clear line naming file, function, argument and cause."""
+
 import textwrap
 
 import numpy as np
@@ -6,7 +7,7 @@ import pytest
 import sympy
 
 import symgrad as sg
-from symgrad.build import compile_model
+from symgrad.build.compile import compile_model
 
 
 def write(tmp_path, body: str):
@@ -15,20 +16,34 @@ def write(tmp_path, body: str):
     return path
 
 
-@pytest.mark.parametrize("body, pattern", [
-    ("@sg.function\ndef f(x):\n    return x + undefined_name\n", r"model.py:\d+: f \(line 4\): NameError: .*undefined_name"),
-    ("@sg.function\ndef f(x):\n    return 'text'\n", r"f: returned a str, expected a SymPy expression"),
-    ("import math\n@sg.function\ndef f(x):\n    return math.exp(x)\n", r"f \(line 5\): TypeError"),
-    ("@sg.function\ndef f(x):\n    return sg.gamma(x) if hasattr(sg, 'gamma') else __import__('sympy').gamma(x)\n",
-     r"f: unsupported function gamma in gamma\(x\)"),
-    ("@sg.function\ndef f(x)\n    return x\n", r"model.py:3: syntax error"),
-    ("raise RuntimeError('boom')\n", r"model.py:2: RuntimeError while importing the model: boom"),
-    ("x = 1\n", r"defines no @sg.function"),
-    ("@sg.function\ndef f(x):\n    return x > 0\n", r"f: returned a boolean"),
-    ("import sympy\n@sg.function\ndef f(x):\n    return x + sympy.Symbol('a')\n", r"f: the result uses symbol\(s\) a"),
-    ("import sympy\n@sg.function\ndef f(x):\n    return sympy.Function('F')(x)\n", r"unsupported function F in F\(x\)"),
-    ("@sg.function\ndef f(x, *rest):\n    return x\n", r"only plain positional arguments"),
-])
+@pytest.mark.parametrize(
+    "body, pattern",
+    [
+        (
+            "@sg.function\ndef f(x):\n    return x + undefined_name\n",
+            r"model.py:\d+: f \(line 4\): NameError: .*undefined_name",
+        ),
+        ("@sg.function\ndef f(x):\n    return 'text'\n", r"f: returned a str, expected a SymPy expression"),
+        ("import math\n@sg.function\ndef f(x):\n    return math.exp(x)\n", r"f \(line 5\): TypeError"),
+        (
+            "@sg.function\ndef f(x):\n    return sg.gamma(x) if hasattr(sg, 'gamma') else __import__('sympy').gamma(x)\n",
+            r"f: unsupported function gamma in gamma\(x\)",
+        ),
+        ("@sg.function\ndef f(x)\n    return x\n", r"model.py:3: syntax error"),
+        ("raise RuntimeError('boom')\n", r"model.py:2: RuntimeError while importing the model: boom"),
+        ("x = 1\n", r"defines no @sg.function"),
+        ("@sg.function\ndef f(x):\n    return x > 0\n", r"f: returned a boolean"),
+        (
+            "import sympy\n@sg.function\ndef f(x):\n    return x + sympy.Symbol('a')\n",
+            r"f: the result uses symbol\(s\) a",
+        ),
+        (
+            "import sympy\n@sg.function\ndef f(x):\n    return sympy.Function('F')(x)\n",
+            r"unsupported function F in F\(x\)",
+        ),
+        ("@sg.function\ndef f(x, *rest):\n    return x\n", r"only plain positional arguments"),
+    ],
+)
 def test_model_errors_are_one_clear_line(tmp_path, body, pattern):
     with pytest.raises(sg.SymgradError, match=pattern) as info:
         compile_model(write(tmp_path, body))
@@ -50,6 +65,7 @@ def test_size_limit(monkeypatch):
         for k in range(40):
             e = sg.sin(e + k)
         return e
+
     with pytest.raises(sg.ExpressionTooLarge, match="big: the traced expression has more than 50 nodes"):
         big.trace()
 
@@ -64,13 +80,16 @@ def rowdot(a: sg.Vector(3), b: sg.Vector(3)):
     return a.dot(b)
 
 
-@pytest.mark.parametrize("args, pattern", [
-    ((np.arange(3), np.ones(3)), r"two: argument 'x' has dtype int64; expected float32 or float64"),
-    ((np.ones(3, complex), np.ones(3)), r"two: argument 'x' has dtype complex128"),
-    ((np.ones(3), np.array(["a"], dtype=object)), r"two: argument 'y' has dtype object"),
-    ((np.ones(3), np.ones(4)), r"two: argument batch shapes do not broadcast: 'x' \(3,\), 'y' \(4,\)"),
-    ((np.ones(3),), r"two\(\) takes 2 argument\(s\) \(x, y\); got 1"),
-])
+@pytest.mark.parametrize(
+    "args, pattern",
+    [
+        ((np.arange(3), np.ones(3)), r"two: argument 'x' has dtype int64; expected float32 or float64"),
+        ((np.ones(3, complex), np.ones(3)), r"two: argument 'x' has dtype complex128"),
+        ((np.ones(3), np.array(["a"], dtype=object)), r"two: argument 'y' has dtype object"),
+        ((np.ones(3), np.ones(4)), r"two: argument batch shapes do not broadcast: 'x' \(3,\), 'y' \(4,\)"),
+        ((np.ones(3),), r"two\(\) takes 2 argument\(s\) \(x, y\); got 1"),
+    ],
+)
 def test_argument_errors_name_function_and_argument(backend, args, pattern):
     with pytest.raises(sg.ArgumentError, match=pattern):
         two(*args)

@@ -1,13 +1,14 @@
 """Golden files: the whole generated source of the example model, per emitter.
 
 After an intended change to generated code, run `make golden` and review the diff."""
+
 import os
 from pathlib import Path
 
 import pytest
 
 import emitters
-from symgrad.build import compile_model
+from symgrad.build.compile import compile_model
 
 ROOT = Path(__file__).parent.parent
 GOLDEN = Path(__file__).parent / "golden"
@@ -15,7 +16,9 @@ GOLDEN = Path(__file__).parent / "golden"
 
 @pytest.fixture(scope="module")
 def package(tmp_path_factory):
-    return compile_model(ROOT / "examples" / "model.py", tmp_path_factory.mktemp("pkg") / "model_symgrad").path
+    return compile_model(
+        ROOT / "examples" / "model.py", tmp_path_factory.mktemp("pkg") / "model_symgrad"
+    ).path
 
 
 @pytest.mark.parametrize("emitter", emitters.names())

@@ -2,6 +2,7 @@
 
 Each framework's section is skipped when it is not installed.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -21,7 +22,7 @@ RNG = np.random.default_rng(11)
 @sg.function
 def norm3(p: sg.Vector(3), s):
     """A per-element vector argument and a scalar one."""
-    return sg.sqrt(p[0]**2 + p[1]**2 + p[2]**2 + 1) * s
+    return sg.sqrt(p[0] ** 2 + p[1] ** 2 + p[2] ** 2 + 1) * s
 
 
 @sg.function
@@ -59,6 +60,7 @@ class TestTorch:
 
     def op(self, fn, impl="auto"):
         from symgrad.interop.torch import to_torch
+
         return to_torch(fn, implementation=impl)
 
     def t(self, a, dtype=None, grad=False):
@@ -91,7 +93,9 @@ class TestTorch:
         # only one output reaches the loss: the other's cotangent is zero
         r.grad = theta.grad = None
         polar(r, theta)[1].sum().backward()
-        np.testing.assert_allclose(theta.grad.numpy(), (r.detach() * torch.cos(theta.detach())).sum(0).numpy())
+        np.testing.assert_allclose(
+            theta.grad.numpy(), (r.detach() * torch.cos(theta.detach())).sum(0).numpy()
+        )
 
     @pytest.mark.parametrize("impl", IMPLS)
     def test_gradcheck_vector_argument(self, vec, impl):
@@ -115,10 +119,10 @@ class TestTorch:
         torch = self.torch
         op = self.op(m.blend, "function")
         x, y = self.t(RNG.normal(size=(3, 4)), grad=True), self.t(RNG.normal(size=(4,)), grad=True)
-        assert op._use_jacobian([x, y]) and not op._use_jacobian([x[:1].T, y])   # (4,1)x(4,): J too big
+        assert op._use_jacobian([x, y]) and not op._use_jacobian([x[:1].T, y])  # (4,1)x(4,): J too big
         assert torch.autograd.gradcheck(lambda a, b: op.function.apply(jac, a, b), (x, y))
         g = self.op(m.gelu_tanh, "function")
-        z = self.t(0.7, grad=True)                                                # 0-d
+        z = self.t(0.7, grad=True)  # 0-d
         assert torch.autograd.gradcheck(lambda a: g.function.apply(jac, a), (z,))
         with torch.no_grad():
             assert not op._use_jacobian([x, y])
@@ -131,7 +135,7 @@ class TestTorch:
     def test_non_contiguous_inputs(self, m, impl):
         torch = self.torch
         base = self.t(RNG.normal(size=(6, 8)), grad=True)
-        x = base[:, ::2].T                      # strided, transposed view
+        x = base[:, ::2].T  # strided, transposed view
         y = self.t(RNG.normal(size=(1, 6)), grad=True)
         assert not x.is_contiguous()
         blend = self.op(m.blend, impl)
@@ -178,7 +182,7 @@ class TestTorch:
         assert out.dtype == torch.float64
         out.sum().backward()
         assert a.grad.dtype == torch.float32 and b.grad.dtype == torch.float64
-        assert blend(a, 2).dtype == torch.float32                 # Python numbers are weak
+        assert blend(a, 2).dtype == torch.float32  # Python numbers are weak
         assert blend(a.detach(), 0.5).shape == (4,)
         np.testing.assert_allclose(blend(0.3, 0.5).item(), m.blend(0.3, 0.5), rtol=1e-6)
         np.testing.assert_allclose(blend(np.array([0.3]), 0.5).numpy(), m.blend(np.array([0.3]), 0.5))
@@ -187,17 +191,20 @@ class TestTorch:
         """The kernels see the tensors' own memory, and the results are the kernels' own arrays."""
         torch = self.torch
         from symgrad.interop import torch as interop
+
         op = self.op(m.blend)
         seen = {}
 
         class Spy:
             def __getattr__(self, name):
                 real = getattr(m.blend, name)
-                if name == "_run_same_shape":          # same shapes: the kernel's (out, J)
+                if name == "_run_same_shape":  # same shapes: the kernel's (out, J)
+
                     def spy_run(program, arrays):
                         result = real(program, arrays)
                         seen[program] = (arrays, result)
                         return result
+
                     return spy_run
                 if name not in ("forward", "vjp", "value_and_jacobian"):
                     return real
@@ -206,6 +213,7 @@ class TestTorch:
                     result = real(*arrays)
                     seen[name] = (arrays, result)
                     return result
+
                 return spy
 
         monkeypatch.setitem(interop._BOUND, op.op_name, Spy())
@@ -216,12 +224,13 @@ class TestTorch:
         for path in ("forward+vjp", "value_and_jacobian", "custom_op"):
             seen.clear()
             x, y = torch.randn(3, 4, requires_grad=True), torch.randn(3, 4, requires_grad=True)
-            out = (op.op(x, y) if path == "custom_op" else
-                   op.function.apply(path == "value_and_jacobian", x, y))
+            out = (
+                op.op(x, y) if path == "custom_op" else op.function.apply(path == "value_and_jacobian", x, y)
+            )
             out.backward(torch.ones(3, 4))
             if path == "value_and_jacobian":
                 (fx, fy), (o, _) = seen["value_and_jacobian"]
-                assert "vjp" not in seen                    # backward is grad * J: no kernel call
+                assert "vjp" not in seen  # backward is grad * J: no kernel call
             else:
                 (fx, fy), (o,) = seen["forward"]
                 (bx, by, _), (gx, gy) = seen["vjp"]
@@ -235,8 +244,11 @@ class TestTorch:
         blend, relu = self.op(m.blend), self.op(m.neo_relu)
         with pytest.raises(ArgumentError, match=r"neo_relu: argument 'x' has dtype torch.int64"):
             relu(torch.arange(3))
-        with pytest.raises(ArgumentError, match=r"blend: argument batch shapes do not broadcast: 'x' \(3,\), "
-                                                r"'y' \(4,\)"):
+        with pytest.raises(
+            ArgumentError,
+            match=r"blend: argument batch shapes do not broadcast: 'x' \(3,\), "
+            r"'y' \(4,\)",
+        ):
             blend(torch.ones(3), torch.ones(4))
         with pytest.raises(ArgumentError, match=r"blend\(\) takes 2 argument\(s\) \(x, y\); got 1"):
             blend(torch.ones(3))
@@ -246,14 +258,17 @@ class TestTorch:
     def test_cuda_tensor_is_a_clear_error(self, m):
         torch = self.torch
 
-        class CudaLooking(torch.Tensor):   # a CPU tensor that says it is on a GPU (no GPU needed)
+        class CudaLooking(torch.Tensor):  # a CPU tensor that says it is on a GPU (no GPU needed)
             @property
             def device(self):
                 return torch.device("cuda:0")
 
         fake = torch.Tensor._make_subclass(CudaLooking, torch.ones(3))
-        with pytest.raises(ArgumentError, match=r"neo_relu: argument 'x' is on cuda:0; symgrad's compiled "
-                                                r"kernels run on the CPU"):
+        with pytest.raises(
+            ArgumentError,
+            match=r"neo_relu: argument 'x' is on cuda:0; symgrad's compiled "
+            r"kernels run on the CPU",
+        ):
             self.op(m.neo_relu)(fake)
         if torch.cuda.is_available():
             with pytest.raises(ArgumentError, match="is on cuda"):
@@ -282,8 +297,9 @@ class TestTorch:
         torch = self.torch
         x = torch.randn(3, dtype=torch.float64, requires_grad=True)
         (g,) = torch.autograd.grad(self.op(m.gelu_tanh, impl)(x).sum(), x, create_graph=True)
-        with pytest.raises(RuntimeError, match="double backward through the compiled symgrad function "
-                                               "'gelu_tanh'"):
+        with pytest.raises(
+            RuntimeError, match="double backward through the compiled symgrad function 'gelu_tanh'"
+        ):
             g.sum().backward()
 
     def test_module_training_step(self, m):
@@ -304,7 +320,7 @@ class TestTorch:
         ref = Net(lambda t: torch.nn.functional.gelu(t, approximate="tanh"))
         ref.load_state_dict(ours.state_dict())
         x = torch.randn(64, 8)
-        target = (x[:, 0] > 0).long() + (x[:, 1] > 0).long()        # learnable labels in {0, 1, 2}
+        target = (x[:, 0] > 0).long() + (x[:, 1] > 0).long()  # learnable labels in {0, 1, 2}
         for net in (ours, ref):
             torch.nn.functional.cross_entropy(net(x), target).backward()
         for a, b in zip(ours.parameters(), ref.parameters()):
@@ -322,11 +338,13 @@ class TestTorch:
     # -- torch.library ------------------------------------------------------------------------------------
     def test_opcheck(self, m, vec):
         torch = self.torch
-        cases = [(m.neo_relu, (self.t(away_from_zero(3, 4), grad=True),)),
-                 (m.blend, (self.t(RNG.normal(size=(3, 1)), grad=True), self.t(RNG.normal(size=(4,)), grad=True))),
-                 (m.polar, (self.t(RNG.normal(size=(2, 3)), grad=True), self.t(RNG.normal(size=(3,))))),
-                 (vec, (self.t(RNG.normal(size=(5, 3)), grad=True), self.t(RNG.normal(size=(5,)), grad=True))),
-                 (m.gelu_tanh, (torch.randn(6, requires_grad=True),))]
+        cases = [
+            (m.neo_relu, (self.t(away_from_zero(3, 4), grad=True),)),
+            (m.blend, (self.t(RNG.normal(size=(3, 1)), grad=True), self.t(RNG.normal(size=(4,)), grad=True))),
+            (m.polar, (self.t(RNG.normal(size=(2, 3)), grad=True), self.t(RNG.normal(size=(3,))))),
+            (vec, (self.t(RNG.normal(size=(5, 3)), grad=True), self.t(RNG.normal(size=(5,)), grad=True))),
+            (m.gelu_tanh, (torch.randn(6, requires_grad=True),)),
+        ]
         for fn, args in cases:
             op = self.op(fn, "custom_op")
             torch.library.opcheck(op.op, args)
@@ -341,10 +359,13 @@ class TestTorch:
         blend = self.op(m.blend)
         x, y = self.t(RNG.normal(size=(5, 3))), self.t(RNG.normal(size=(3,)))
         torch.testing.assert_close(torch.func.vmap(blend, in_dims=(0, None))(x, y), blend(x, y))
-        torch.testing.assert_close(torch.func.vmap(blend, in_dims=(1, None))(x.T.contiguous(), y), blend(x, y))
+        torch.testing.assert_close(
+            torch.func.vmap(blend, in_dims=(1, None))(x.T.contiguous(), y), blend(x, y)
+        )
 
         def loss(a, b):
             return blend(a, b).sum()
+
         gx, gy = torch.func.grad(loss, argnums=(0, 1))(x, y)
         ex, ey = m.blend.vjp(x.numpy(), y.numpy(), np.ones((5, 3)))
         np.testing.assert_allclose(gx.numpy(), ex)
@@ -452,18 +473,21 @@ class TestJax:
 
     def check_grads(self, f, args):
         from jax.test_util import check_grads
+
         check_grads(f, args, order=1, modes=["rev"])
 
     def test_check_grads(self, m, vec):
         jnp = self.jnp
         with self.x64(True):
-            cases = [(m.neo_relu, (jnp.asarray(away_from_zero(4, 3)),)),
-                     (m.softplus, (jnp.asarray(RNG.normal(size=(5,))),)),
-                     (m.gelu_tanh, (jnp.asarray(RNG.normal(size=(2, 3))),)),
-                     (m.blend, (jnp.asarray(RNG.normal(size=(3, 1))), jnp.asarray(RNG.normal(size=(4,))))),
-                     (m.blend, (jnp.asarray(RNG.normal(size=(3, 4))), jnp.asarray(RNG.normal(size=(4,))))),
-                     (m.polar, (jnp.asarray(RNG.normal(size=(2, 3))), jnp.asarray(RNG.normal(size=(3,))))),
-                     (vec, (jnp.asarray(RNG.normal(size=(5, 3))), jnp.asarray(RNG.normal(size=(2, 1)))))]
+            cases = [
+                (m.neo_relu, (jnp.asarray(away_from_zero(4, 3)),)),
+                (m.softplus, (jnp.asarray(RNG.normal(size=(5,))),)),
+                (m.gelu_tanh, (jnp.asarray(RNG.normal(size=(2, 3))),)),
+                (m.blend, (jnp.asarray(RNG.normal(size=(3, 1))), jnp.asarray(RNG.normal(size=(4,))))),
+                (m.blend, (jnp.asarray(RNG.normal(size=(3, 4))), jnp.asarray(RNG.normal(size=(4,))))),
+                (m.polar, (jnp.asarray(RNG.normal(size=(2, 3))), jnp.asarray(RNG.normal(size=(3,))))),
+                (vec, (jnp.asarray(RNG.normal(size=(5, 3))), jnp.asarray(RNG.normal(size=(2, 1))))),
+            ]
             for fn, args in cases:
                 f = fn.to_jax()
                 assert f(*args)[0].dtype == jnp.float64 if fn.returns_tuple else f(*args).dtype == jnp.float64
@@ -476,7 +500,7 @@ class TestJax:
         blend = m.blend.to_jax()
         x, y = RNG.normal(size=(4, 3)).astype(np.float32), RNG.normal(size=(3,)).astype(np.float32)
         out = jax.jit(blend)(x, y)
-        assert out.dtype == jnp.float32                       # JAX's default without x64
+        assert out.dtype == jnp.float32  # JAX's default without x64
         np.testing.assert_allclose(np.asarray(out), m.blend(x, y), rtol=1e-6)
         gx, gy = jax.jit(jax.grad(lambda a, b: blend(a, b).sum(), argnums=(0, 1)))(x, y)
         ex, ey = m.blend.vjp(x, y, np.ones((4, 3), np.float32))
@@ -492,7 +516,7 @@ class TestJax:
             a, b = jax.jit(polar)(r, t)
             np.testing.assert_allclose(np.asarray(a), np.asarray(r * jnp.cos(t)))
             np.testing.assert_allclose(np.asarray(b), np.asarray(r * jnp.sin(t)))
-            gt = jax.grad(lambda r, t: polar(r, t)[1].sum(), argnums=1)(r, t)   # one output used
+            gt = jax.grad(lambda r, t: polar(r, t)[1].sum(), argnums=1)(r, t)  # one output used
             np.testing.assert_allclose(np.asarray(gt), np.asarray((r * jnp.cos(t)).sum(0)))
 
     def test_vmap_and_per_example_grads(self, m):
@@ -506,6 +530,7 @@ class TestJax:
 
             def loss(a, b):
                 return blend(a, b).sum()
+
             px, py = jax.jit(jax.vmap(jax.grad(loss, argnums=(0, 1)), in_axes=(0, None)))(x, y)
             for i in range(5):
                 ex, ey = m.blend.vjp(np.asarray(x[i]), np.asarray(y), np.ones(3))

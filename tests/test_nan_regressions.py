@@ -1,5 +1,6 @@
 """NaN regressions that PyTorch, JAX, TensorFlow and others still have open: finite, correct gradients here,
 on every backend and dtype."""
+
 import warnings
 
 import numpy as np
@@ -20,7 +21,7 @@ def sinc(x):
 
 @sg.function
 def norm_squared(x, y):
-    return sg.sqrt(x**2 + y**2)**2
+    return sg.sqrt(x**2 + y**2) ** 2
 
 
 @sg.function
@@ -57,7 +58,7 @@ def sqrt_relu_of_clamp(y):
 def run(fn, *args, dtype):
     arrays = [np.asarray(a, dtype=dtype) for a in args]
     with warnings.catch_warnings():
-        warnings.simplefilter("error")          # no RuntimeWarning from an untaken branch either
+        warnings.simplefilter("error")  # no RuntimeWarning from an untaken branch either
         return fn.value_and_vjp(*arrays, np.ones_like(arrays[0]))
 
 
@@ -77,6 +78,7 @@ def test_python_inequality_is_rejected_clearly():
     @sg.function
     def bad(x):
         return sg.where(x != 0, sg.sin(x) / x, 1)
+
     with pytest.raises(sg.ModelError, match="sg.Ne"):
         bad.compiled()
 
@@ -131,15 +133,16 @@ def test_nan_input_propagates(backend, dtype):
 
 # -- found by the property tests (tests/test_properties.py) -----------------------------------------------------
 
+
 @sg.function
 def sinc_of_sqrt_relu(x):
     u = sg.where(x > 0, sg.sqrt(x), 0)
-    return sg.where(sg.Ne(u, 0), sg.sin(u) / u, 1)       # SymPy folds 1/u into a branch with 1/0 = zoo
+    return sg.where(sg.Ne(u, 0), sg.sin(u) / u, 1)  # SymPy folds 1/u into a branch with 1/0 = zoo
 
 
 @sg.function
 def log1p_exp(x):
-    return sg.log1p(sg.exp(x))                           # rewritten to softplus, like log(1 + exp(x))
+    return sg.log1p(sg.exp(x))  # rewritten to softplus, like log(1 + exp(x))
 
 
 @sg.function
@@ -174,4 +177,4 @@ def test_folded_branch_with_complex_value(backend, dtype):
     was "complex values are not supported", found by make fuzz); that branch is NaN, never selected."""
     out, (g,) = run(sqrt_relu_of_clamp, [-2.0, -1.0, -0.5, 0.0, 0.25, 1.0, 2.0], dtype=dtype)
     np.testing.assert_array_equal(out, [0, 0, 0, 0, 0.5, 1, 1])
-    np.testing.assert_array_equal(g, [0, 0, 0, 0, 1, 0.5, 0])     # clamp's boundary gradient is 1 (torch)
+    np.testing.assert_array_equal(g, [0, 0, 0, 0, 1, 0.5, 0])  # clamp's boundary gradient is 1 (torch)

@@ -1,4 +1,5 @@
 """sg.nn (modules, layers, losses) and sg.optim (SGD, Adam), against reference formulas and PyTorch."""
+
 from __future__ import annotations
 
 import re
@@ -69,8 +70,12 @@ def test_linear_uses_torch_default_init_and_float32():
 
 def test_activation_modules_match_tensor_methods():
     x = sg.tensor(np.linspace(-3, 3, 7))
-    for module, method in ((nn.ReLU(), "relu"), (nn.Tanh(), "tanh"), (nn.Sigmoid(), "sigmoid"),
-                           (nn.Softplus(), "softplus")):
+    for module, method in (
+        (nn.ReLU(), "relu"),
+        (nn.Tanh(), "tanh"),
+        (nn.Sigmoid(), "sigmoid"),
+        (nn.Softplus(), "softplus"),
+    ):
         np.testing.assert_allclose(module(x).data, getattr(x, method)().data)
     np.testing.assert_allclose(nn.Softplus(beta=2.0)(x).data, np.log1p(np.exp(2 * x.data)) / 2, rtol=1e-6)
     np.testing.assert_allclose(F.relu(x).data, np.maximum(x.data, 0))
@@ -78,7 +83,9 @@ def test_activation_modules_match_tensor_methods():
 
 def test_activation_wraps_a_compiled_symbolic_function(tmp_path: Path):
     path = tmp_path / "acts.py"
-    path.write_text("import symgrad as sg\n\n@sg.function\ndef neo_relu(x):\n    return sg.where(x > 0, x, -0.1)\n")
+    path.write_text(
+        "import symgrad as sg\n\n@sg.function\ndef neo_relu(x):\n    return sg.where(x > 0, x, -0.1)\n"
+    )
     act = nn.Activation(sg.compile(path).neo_relu)
     x = sg.tensor([-2.0, 3.0], requires_grad=True)
     y = act(x)
@@ -124,7 +131,9 @@ def test_sgd_with_momentum_matches_the_reference_formula():
         g = 2 * (w - 0.5) + 1 + 0.1 * w
         buf = g.copy() if buf is None else 0.9 * buf + g
         w = w - 0.05 * (g + 0.9 * buf)
-    ours = quadratic_problem(lambda p: sg.optim.SGD(p, lr=0.05, momentum=0.9, weight_decay=0.1, nesterov=True))
+    ours = quadratic_problem(
+        lambda p: sg.optim.SGD(p, lr=0.05, momentum=0.9, weight_decay=0.1, nesterov=True)
+    )
     np.testing.assert_allclose(ours, w)
 
 
@@ -157,7 +166,7 @@ def test_fused_adam_amsgrad_weight_decay_in_place_on_a_strided_parameter(dtype, 
     """The compiled update (optim_model.py) against AMSGrad + L2 decay written out, on a transposed parameter;
     the parameter's array and the state arrays stay the same objects, updated in place (as in PyTorch)."""
     rng = np.random.default_rng(3)
-    start = rng.normal(size=(4, 6)).astype(dtype).T                  # not C-contiguous
+    start = rng.normal(size=(4, 6)).astype(dtype).T  # not C-contiguous
     w = nn.Parameter(start.copy(order="K"))
     data = w.data
     assert not data.flags.c_contiguous
@@ -182,7 +191,7 @@ def test_fused_adam_amsgrad_weight_decay_in_place_on_a_strided_parameter(dtype, 
 def test_adam_without_weight_decay_leaves_an_infinite_parameter_infinite():
     """PyTorch skips the decay term when weight_decay is 0: 0 * inf must not turn the parameter into NaN."""
     w = nn.Parameter(np.array([np.inf, 1.0], np.float32))
-    opt = sg.optim.Adam([w], lr=np.float64(0.1))               # a NumPy scalar hyperparameter is fine
+    opt = sg.optim.Adam([w], lr=np.float64(0.1))  # a NumPy scalar hyperparameter is fine
     w.grad = sg.tensor(np.array([1.0, 1.0], np.float32))
     opt.step()
     assert w.data[0] == np.inf
@@ -199,11 +208,16 @@ def test_optimizer_validation_and_param_groups():
     assert opt.param_groups[0]["lr"] == 0.5 and opt.param_groups[0]["momentum"] == 0
 
 
-@pytest.mark.parametrize("name,kwargs", [
-    ("SGD", dict(lr=0.1)), ("SGD", dict(lr=0.1, momentum=0.9, dampening=0.1, weight_decay=0.01)),
-    ("SGD", dict(lr=0.1, momentum=0.9, nesterov=True)), ("Adam", dict(lr=0.01)),
-    ("Adam", dict(lr=0.01, betas=(0.8, 0.99), weight_decay=0.1, amsgrad=True)),
-])
+@pytest.mark.parametrize(
+    "name,kwargs",
+    [
+        ("SGD", dict(lr=0.1)),
+        ("SGD", dict(lr=0.1, momentum=0.9, dampening=0.1, weight_decay=0.01)),
+        ("SGD", dict(lr=0.1, momentum=0.9, nesterov=True)),
+        ("Adam", dict(lr=0.01)),
+        ("Adam", dict(lr=0.01, betas=(0.8, 0.99), weight_decay=0.1, amsgrad=True)),
+    ],
+)
 def test_optimizers_match_torch(name, kwargs):
     torch = pytest.importorskip("torch")
     ours = quadratic_problem(lambda p: getattr(sg.optim, name)(p, **kwargs), steps=10)

@@ -2,6 +2,7 @@
 
 The reference for every value is the same function declared without ``nondiff``: the gradients of the other
 arguments, their Jacobian columns and tangents must be exactly what the all-differentiable kernels give."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -28,8 +29,12 @@ def weighted_softplus(x, label):
 
 def _inputs(dtype, n=33):
     rng = np.random.default_rng(7)
-    return (rng.normal(size=(n, 2)).astype(dtype), rng.normal(size=n).astype(dtype),
-            rng.normal(size=(n, 2)).astype(dtype), rng.normal(size=(n, 2)).astype(dtype))
+    return (
+        rng.normal(size=(n, 2)).astype(dtype),
+        rng.normal(size=n).astype(dtype),
+        rng.normal(size=(n, 2)).astype(dtype),
+        rng.normal(size=(n, 2)).astype(dtype),
+    )
 
 
 def test_vjp_gives_none_for_nondiff_and_the_same_other_gradients(backend, dtype):
@@ -50,7 +55,7 @@ def test_needs_input_grad_leaves_out_the_unflagged_gradients(backend, dtype):
     """Per call, what ``nondiff`` is per declaration (the tape passes which inputs are tracked tensors): None
     in the place of an unflagged argument, which is then not summed back over its broadcast axes."""
     p, w, target, cot = _inputs(dtype)
-    want = residual_all.vjp(p, w[:1], target, cot)            # w broadcast: its gradient is summed to (1,)
+    want = residual_all.vjp(p, w[:1], target, cot)  # w broadcast: its gradient is summed to (1,)
     grads = residual_all.vjp(p, w[:1], target, cot, needs_input_grad=(True, False, True))
     assert grads[1] is None and want[1].shape == (1,)
     np.testing.assert_array_equal(grads[0], want[0])
@@ -64,7 +69,7 @@ def test_jacobian_has_no_columns_for_nondiff(backend, dtype):
     p, w, target, _ = _inputs(dtype)
     value, J = residual.value_and_jacobian(p, w, target)
     _, J_all = residual_all.value_and_jacobian(p, w, target)
-    assert J.shape == (len(w), 2, 3)                  # [p_0, p_1, w]; target's 2 columns are gone
+    assert J.shape == (len(w), 2, 3)  # [p_0, p_1, w]; target's 2 columns are gone
     np.testing.assert_allclose(J, J_all[..., :3], **TOL[dtype])
 
 
@@ -74,12 +79,14 @@ def test_jacobian_out_buffers_take_a_strided_home(backend):
     n = len(w)
     values = np.full(n * 6 + 5, np.nan)
     value = np.empty((n, 2))
-    got_value, got_J = residual.value_and_jacobian(p, w, target, out=(value, values[:6 * n].reshape(n, 2, 3)))
+    got_value, got_J = residual.value_and_jacobian(
+        p, w, target, out=(value, values[: 6 * n].reshape(n, 2, 3))
+    )
     assert got_value is value and np.shares_memory(got_J, values)
     want_value, want_J = residual.value_and_jacobian(p, w, target)
-    np.testing.assert_array_equal(values[:6 * n].reshape(n, 2, 3), want_J)
+    np.testing.assert_array_equal(values[: 6 * n].reshape(n, 2, 3), want_J)
     np.testing.assert_array_equal(value, want_value)
-    assert np.isnan(values[6 * n:]).all()
+    assert np.isnan(values[6 * n :]).all()
     with pytest.raises(ArgumentError, match=r"out\[1\] must be .* shape \(33, 2, 3\)"):
         residual.value_and_jacobian(p, w, target, out=(value, np.empty((n, 2, 5))))
 
@@ -101,12 +108,14 @@ def test_vjp_out_buffers_are_for_differentiable_arguments_only(backend):
     gp, gw = np.empty_like(p), np.empty_like(w)
     grads = residual.vjp(p, w, target, cot, out=(gp, gw))
     assert grads[0] is gp and grads[1] is gw and grads[2] is None
-    again = residual.vjp(p, w, target, cot, out=grads)        # a previous result, None included, goes back in
+    again = residual.vjp(p, w, target, cot, out=grads)  # a previous result, None included, goes back in
     assert again[0] is gp and again[1] is gw and again[2] is None
     value = np.empty_like(p)
     _, fused = residual.value_and_vjp(p, w, target, cot, out=(value, gp, gw, None))
     assert fused[0] is gp
-    with pytest.raises(ArgumentError, match="'target' is nondiff and has no gradient; its out= entry must be None"):
+    with pytest.raises(
+        ArgumentError, match="'target' is nondiff and has no gradient; its out= entry must be None"
+    ):
         residual.vjp(p, w, target, cot, out=(gp, gw, np.empty_like(target)))
     with pytest.raises(ArgumentError, match="out= takes 2 array"):
         residual.vjp(p, w, target, cot, out=(gp,))
@@ -148,6 +157,7 @@ def test_manifest_and_generated_sources_say_non_differentiable(backend):
 
 def test_check_skips_nondiff_arguments():
     from symgrad.check import check_function
+
     assert check_function(residual.compiled(), n=16) == []
 
 
@@ -170,6 +180,7 @@ def test_jax_grad_of_nondiff_argument_is_zero():
     jax = pytest.importorskip("jax")
     jax.config.update("jax_enable_x64", True)
     import jax.numpy as jnp
+
     f = weighted_softplus.compiled().to_jax()
     x, label = jnp.linspace(-3.0, 3.0, 7), jnp.linspace(1.0, 2.0, 7)
     gx, glabel = jax.jit(jax.grad(lambda a, b: f(a, b).sum(), argnums=(0, 1)))(x, label)
@@ -179,6 +190,7 @@ def test_jax_grad_of_nondiff_argument_is_zero():
 
 def test_function_with_every_argument_nondiff(backend):
     """Nothing to differentiate: the kernels still build (no gradient slots, a Jacobian with no columns)."""
+
     @sg.function(nondiff=("x",))
     def constant_exp(x):
         return sg.exp(x)

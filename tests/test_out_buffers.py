@@ -1,6 +1,7 @@
 """``out=`` result buffers on forward, vjp and value_and_vjp: results land in the caller's arrays (same values as
 fresh results), and every misuse (count, dtype, shape, layout, read-only, overlap, broadcast gradient) is an
 ArgumentError naming the function."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -11,7 +12,7 @@ import symgrad as sg
 
 @sg.function
 def blend(x, y):
-    return sg.sin(x) * sg.exp(-y**2) + sg.log(1 + x**2 * y**2)
+    return sg.sin(x) * sg.exp(-(y**2)) + sg.log(1 + x**2 * y**2)
 
 
 @sg.function
@@ -21,7 +22,11 @@ def polar(r, theta):
 
 def _inputs(dtype, n=257):
     rng = np.random.default_rng(0)
-    return rng.normal(size=n).astype(dtype), rng.normal(size=n).astype(dtype), rng.normal(size=n).astype(dtype)
+    return (
+        rng.normal(size=n).astype(dtype),
+        rng.normal(size=n).astype(dtype),
+        rng.normal(size=n).astype(dtype),
+    )
 
 
 def test_results_are_written_into_the_buffers(backend, dtype):
@@ -36,7 +41,7 @@ def test_results_are_written_into_the_buffers(backend, dtype):
     np.testing.assert_array_equal(grads[1], want_grads[1])
     fwd = np.empty_like(x)
     assert f(x, y, out=fwd) is fwd
-    np.testing.assert_array_equal(fwd, f(x, y))         # the same program: bit for bit
+    np.testing.assert_array_equal(fwd, f(x, y))  # the same program: bit for bit
     vjp_out = (np.empty_like(x), np.empty_like(x))
     gx, gy = f.vjp(x, y, g, out=vjp_out)
     assert gx is vjp_out[0] and gy is vjp_out[1]
@@ -54,13 +59,22 @@ def test_multi_output_forward_takes_a_tuple(backend, dtype):
     np.testing.assert_array_equal(b, want_b)
 
 
-@pytest.mark.parametrize("bad, message", [
-    (lambda x: (np.empty_like(x),), r"out= takes 3 array\(s\) for value_and_vjp; got 1"),
-    (lambda x: (np.empty(x.shape, np.float16),) * 3, r"out\[0\] must be a writeable C-contiguous"),
-    (lambda x: (np.empty(x.size + 1, x.dtype),) + (np.empty_like(x),) * 2, r"out\[0\] must be .* shape \(257,\)"),
-    (lambda x: (np.empty(2 * x.size, x.dtype)[::2],) + (np.empty_like(x), np.empty_like(x)), r"out\[0\] must be"),
-    (lambda x: (x,) + (np.empty_like(x), np.empty_like(x)), r"out\[0\] overlaps an argument"),
-])
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        (lambda x: (np.empty_like(x),), r"out= takes 3 array\(s\) for value_and_vjp; got 1"),
+        (lambda x: (np.empty(x.shape, np.float16),) * 3, r"out\[0\] must be a writeable C-contiguous"),
+        (
+            lambda x: (np.empty(x.size + 1, x.dtype),) + (np.empty_like(x),) * 2,
+            r"out\[0\] must be .* shape \(257,\)",
+        ),
+        (
+            lambda x: (np.empty(2 * x.size, x.dtype)[::2],) + (np.empty_like(x), np.empty_like(x)),
+            r"out\[0\] must be",
+        ),
+        (lambda x: (x,) + (np.empty_like(x), np.empty_like(x)), r"out\[0\] overlaps an argument"),
+    ],
+)
 def test_bad_buffers_are_named(backend, bad, message):
     x, y, g = _inputs(np.float64)
     bufs = bad(x)

@@ -1,5 +1,6 @@
 """The C backend's pool of large result blocks: results are ordinary private arrays with the right values, a
 dead result's block serves the next result of its size, and the cap and ``release`` bound what is kept."""
+
 from __future__ import annotations
 
 import gc
@@ -12,15 +13,15 @@ import numpy as np
 import pytest
 
 import symgrad as sg
-from symgrad.backends import pool
+from symgrad.backends.c import pool
 
-LARGE = pool.POOL_MIN // 8 + 1000          # float64 elements: above the pool's threshold
+LARGE = pool.POOL_MIN // 8 + 1000  # float64 elements: above the pool's threshold
 needs_pool = pytest.mark.skipif(pool._CAPACITY < 4 * LARGE * 8, reason="$SYMGRAD_POOL_MB turns the pool off")
 
 
 @sg.function
 def blend(x, y):
-    return sg.sin(x) * sg.exp(-y**2) + sg.log(1 + x**2 * y**2)
+    return sg.sin(x) * sg.exp(-(y**2)) + sg.log(1 + x**2 * y**2)
 
 
 @pytest.fixture
@@ -31,7 +32,7 @@ def c_blend():
     if f.backend != "c":
         sg.set_backend(previous)
         pytest.skip("the C backend is unavailable")
-    gc.collect()           # no result of an earlier test comes back to the pool in the middle of this one
+    gc.collect()  # no result of an earlier test comes back to the pool in the middle of this one
     yield f
     sg.set_backend(previous)
 
@@ -45,13 +46,14 @@ def test_large_results_are_private_writeable_arrays_with_the_right_values(c_blen
         assert r.flags.c_contiguous and r.flags.aligned and r.flags.writeable and r.dtype == np.float64
         assert r.shape == (LARGE,)
     for i, a in enumerate(results):
-        assert not any(np.shares_memory(a, b) for b in results[i + 1:] + (x, y, g))
-    np.testing.assert_allclose(out, np.sin(x) * np.exp(-y**2) + np.log1p(x**2 * y**2), rtol=1e-12)
-    np.testing.assert_allclose(gx, g * (np.cos(x) * np.exp(-y**2) + 2 * x * y**2 / (1 + x**2 * y**2)),
-                               rtol=1e-10, atol=1e-14)
-    matrix = c_blend(x.reshape(-1, 8), y.reshape(-1, 8))    # a 2-d batch keeps its shape
+        assert not any(np.shares_memory(a, b) for b in results[i + 1 :] + (x, y, g))
+    np.testing.assert_allclose(out, np.sin(x) * np.exp(-(y**2)) + np.log1p(x**2 * y**2), rtol=1e-12)
+    np.testing.assert_allclose(
+        gx, g * (np.cos(x) * np.exp(-(y**2)) + 2 * x * y**2 / (1 + x**2 * y**2)), rtol=1e-10, atol=1e-14
+    )
+    matrix = c_blend(x.reshape(-1, 8), y.reshape(-1, 8))  # a 2-d batch keeps its shape
     assert matrix.shape == (LARGE // 8, 8)
-    np.testing.assert_array_equal(matrix.ravel(), c_blend(x, y))    # the same program: bit for bit
+    np.testing.assert_array_equal(matrix.ravel(), c_blend(x, y))  # the same program: bit for bit
 
 
 @needs_pool
@@ -61,8 +63,8 @@ def test_a_dead_results_block_serves_the_next_result_of_its_size(c_blend):
     address = first.ctypes.data
     del first
     second = c_blend(x, x)
-    assert second.ctypes.data == address and not second.flags.owndata    # the pooled block: no new page faults
-    third = c_blend(x, x)                                 # while `second` lives, another block
+    assert second.ctypes.data == address and not second.flags.owndata  # the pooled block: no new page faults
+    third = c_blend(x, x)  # while `second` lives, another block
     assert third.ctypes.data != address
     np.testing.assert_array_equal(second, third)
 
@@ -112,8 +114,10 @@ def test_threads_never_share_a_block():
 
 @pytest.mark.parametrize("value, pooled", [("0", False), ("64", True)])
 def test_the_cap_comes_from_the_environment(value, pooled):
-    code = ("import numpy as np; from symgrad.backends import pool\n"
-            f"a = pool.empty(({LARGE},), np.dtype(np.float64)); print(a.flags.owndata)")
+    code = (
+        "import numpy as np; from symgrad.backends.c import pool\n"
+        f"a = pool.empty(({LARGE},), np.dtype(np.float64)); print(a.flags.owndata)"
+    )
     env = {**os.environ, "SYMGRAD_POOL_MB": value}
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60)
     assert r.returncode == 0, r.stderr
@@ -122,6 +126,11 @@ def test_the_cap_comes_from_the_environment(value, pooled):
 
 def test_a_bad_cap_names_the_variable():
     env = {**os.environ, "SYMGRAD_POOL_MB": "lots"}
-    r = subprocess.run([sys.executable, "-c", "import symgrad.backends.pool"], capture_output=True, text=True,
-                       env=env, timeout=60)
+    r = subprocess.run(
+        [sys.executable, "-c", "import symgrad.backends.c.pool"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
     assert r.returncode != 0 and "SYMGRAD_POOL_MB='lots' is not a number of MiB" in r.stderr

@@ -29,13 +29,14 @@ example database replays failures). A failure prints the expression as Python so
 form, the input point, target and dtype, got / want / tolerance, the derived formula at fault, whether the
 derivation itself (the kernel IR evaluated at 40 digits) or the target is wrong, and the generated code.
 """
+
 from __future__ import annotations
 
 import math
 import os
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import mpmath
 import numpy as np
@@ -45,28 +46,34 @@ from hypothesis import HealthCheck, assume, event, given, note, reject, settings
 from hypothesis import strategies as st
 
 import symgrad as sg
-from symgrad.primitives import _Primitive
+from symgrad.compiler.primitives import _Primitive
 
 FUZZ = os.environ.get("SYMGRAD_FUZZ_EXAMPLES")
 
 
 def budget(default: int) -> settings:
     """``default`` examples (deterministic) in the normal suite, ``$SYMGRAD_FUZZ_EXAMPLES`` when fuzzing."""
-    return settings(max_examples=int(FUZZ) if FUZZ else default, deadline=None, derandomize=not FUZZ,
-                    database=None if not FUZZ else settings.default.database, print_blob=bool(FUZZ),
-                    suppress_health_check=list(HealthCheck))
+    return settings(
+        max_examples=int(FUZZ) if FUZZ else default,
+        deadline=None,
+        derandomize=not FUZZ,
+        database=None if not FUZZ else settings.default.database,
+        print_blob=bool(FUZZ),
+        suppress_health_check=list(HealthCheck),
+    )
 
 
-HI_PREC = 136                     # bits: ~40 decimal digits
+HI_PREC = 136  # bits: ~40 decimal digits
 DTYPE_BITS = {"float64": 53, "float32": 24}
 EPS = {"float64": 2.0**-52, "float32": 2.0**-23}
 TINY = {"float64": 1e-280, "float32": 1e-30}
-MAX_NODE = mpmath.mpf(1e5)        # |node value| bound: float32 stays far from overflow
+MAX_NODE = mpmath.mpf(1e5)  # |node value| bound: float32 stays far from overflow
 MAX_GRAD = mpmath.mpf(1e7)
 ERR_FACTOR, REL_FACTOR, MARGIN_FACTOR = 16, 32, 64
 
 
 # -- dual numbers over mpmath: the naive derivative of every node --------------------------------------------
+
 
 class D:
     """Value and gradient (one entry per input) of a node, and the gradient's magnitude ``a``: the same
@@ -76,7 +83,7 @@ class D:
     __slots__ = ("v", "d", "a")
 
     def __init__(self, v, d, a=None, exact: bool = False):
-        if _PERTURB is not None and not exact:       # see _sensitivities: one operation's result, perturbed
+        if _PERTURB is not None and not exact:  # see _sensitivities: one operation's result, perturbed
             k = _PERTURB[3]
             _PERTURB[3] += 1
             if k == _PERTURB[0]:
@@ -105,7 +112,7 @@ def _chk(v):
 def _val(v):
     """A node's (or an op's intermediate) value: finite and within range, else the point is not used."""
     _chk(v)
-    if abs(v) > MAX_NODE:              # also keeps mpmath from exp(1e30) (minutes of argument reduction)
+    if abs(v) > MAX_NODE:  # also keeps mpmath from exp(1e30) (minutes of argument reduction)
         raise Singular("value out of range")
     return v
 
@@ -115,7 +122,7 @@ def un(u: D, f: Callable, df: Callable, of_value: bool = False) -> D:
     1 - tanh**2), so that a rounding error in the value reaches the derivative in the error estimate."""
     v = _val(f(u.v))
     if of_value:
-        r = D(v, u.d, u.a)                  # this operation's result (perturbed here by _sensitivities)
+        r = D(v, u.d, u.a)  # this operation's result (perturbed here by _sensitivities)
         s = df(r.v)
         return D(r.v, tuple(_chk(s * du) for du in r.d), tuple(abs(s) * m for m in u.a), exact=True)
     s = df(u.v)
@@ -125,12 +132,15 @@ def un(u: D, f: Callable, df: Callable, of_value: bool = False) -> D:
 def bi(a: D, b: D, f: Callable, da: Callable, db: Callable) -> D:
     v = _val(f(a.v, b.v))
     sa, sb = da(a.v, b.v), db(a.v, b.v)
-    return D(v, tuple(_chk(sa * x + sb * y) for x, y in zip(a.d, b.d)),
-             tuple(abs(sa) * x + abs(sb) * y for x, y in zip(a.a, b.a)))
+    return D(
+        v,
+        tuple(_chk(sa * x + sb * y) for x, y in zip(a.d, b.d)),
+        tuple(abs(sa) * x + abs(sb) * y for x, y in zip(a.a, b.a)),
+    )
 
 
 def const(c, n: int) -> D:
-    return D(+c, (mpmath.mpf(0),) * n)   # unary plus rounds to the working precision
+    return D(+c, (mpmath.mpf(0),) * n)  # unary plus rounds to the working precision
 
 
 def sel(cond: bool, a: D, b: D) -> D:
@@ -157,7 +167,7 @@ def _sigmoid(x):
 
 
 def _softplus(x):
-    return mp.log1p(mp.exp(x))      # not log(1 + e): at 136 bits 1 + exp(-250) is 1, and logsigmoid(250) is not 0
+    return mp.log1p(mp.exp(x))  # not log(1 + e): at 136 bits 1 + exp(-250) is 1, and logsigmoid(250) is not 0
 
 
 def _sq(u, n):
@@ -183,7 +193,7 @@ def _div(a, b):
 
 
 def _pow_int(u, k):
-    return un(u, lambda x: x**k, lambda x: k * x**(k - 1))
+    return un(u, lambda x: x**k, lambda x: k * x ** (k - 1))
 
 
 def _one_plus_sq(u):
@@ -191,27 +201,37 @@ def _one_plus_sq(u):
 
 
 def _powg(a, b):
-    return bi(a, b, lambda x, y: mp.power(x, y), lambda x, y: y * mp.power(x, y - 1),
-              lambda x, y: mp.power(x, y) * mp.log(x))
+    return bi(
+        a,
+        b,
+        lambda x, y: mp.power(x, y),
+        lambda x, y: y * mp.power(x, y - 1),
+        lambda x, y: mp.power(x, y) * mp.log(x),
+    )
 
 
 def _max(a, b, ctx):
     ctx.m(a.v - b.v)
     if a.v == b.v:
-        return D(a.v, tuple((x + y) / 2 for x, y in zip(a.d, b.d)), tuple((x + y) / 2 for x, y in zip(a.a, b.a)))
+        return D(
+            a.v, tuple((x + y) / 2 for x, y in zip(a.d, b.d)), tuple((x + y) / 2 for x, y in zip(a.a, b.a))
+        )
     return a if a.v > b.v else b
 
 
 def _min(a, b, ctx):
     ctx.m(a.v - b.v)
     if a.v == b.v:
-        return D(a.v, tuple((x + y) / 2 for x, y in zip(a.d, b.d)), tuple((x + y) / 2 for x, y in zip(a.a, b.a)))
+        return D(
+            a.v, tuple((x + y) / 2 for x, y in zip(a.d, b.d)), tuple((x + y) / 2 for x, y in zip(a.a, b.a))
+        )
     return a if a.v < b.v else b
 
 
 def _logaddexp(a, b):
     def f(x, y):
         return max(x, y) + mp.log1p(mp.exp(-abs(x - y)))
+
     return bi(a, b, f, lambda x, y: mp.exp(x - f(x, y)), lambda x, y: mp.exp(y - f(x, y)))
 
 
@@ -246,7 +266,7 @@ def _clamp(u, ctx, lo=-1, hi=1):
 
 def _tan(u, ctx):
     ctx.m(mp.cos(u.v))
-    return un(u, mp.tan, lambda x: 1 + mp.tan(x)**2)
+    return un(u, mp.tan, lambda x: 1 + mp.tan(x) ** 2)
 
 
 def _sqrt(u):
@@ -304,9 +324,9 @@ def _where(cond: bool, a: D, b: D) -> D:
 @dataclass(frozen=True)
 class Op:
     arity: int
-    build: Callable            # SymPy children -> SymPy expression (what the user writes)
-    source: str                # the same as Python source, {0}, {1}, ... for the children
-    ev: Callable               # (ctx, *duals) -> dual
+    build: Callable  # SymPy children -> SymPy expression (what the user writes)
+    source: str  # the same as Python source, {0}, {1}, ... for the children
+    ev: Callable  # (ctx, *duals) -> dual
 
 
 R = sympy.Rational
@@ -316,49 +336,110 @@ OPS: dict[str, Op] = {
     "sq": Op(1, lambda a: a**2, "({0})**2", lambda c, a: _pow_int(a, 2)),
     "cube": Op(1, lambda a: a**3, "({0})**3", lambda c, a: _pow_int(a, 3)),
     "pow5": Op(1, lambda a: a**5, "({0})**5", lambda c, a: _pow_int(a, 5)),
-    "inv1p": Op(1, lambda a: 1 / (1 + a**2), "1/(1 + ({0})**2)", lambda c, a: _div(const(ONE, len(a.d)), _one_plus_sq(a))),
-    "sqrt1p": Op(1, lambda a: sg.sqrt(1 + a**2), "sg.sqrt(1 + ({0})**2)", lambda c, a: _sqrt(_one_plus_sq(a))),
-    "rpow32": Op(1, lambda a: (1 + a**2)**R(-3, 2), "(1 + ({0})**2)**sympy.Rational(-3, 2)",
-                 lambda c, a: _powg(_one_plus_sq(a), const(mp.mpf(-1.5), len(a.d)))),
-    "pow13": Op(1, lambda a: (1 + a**2)**R(1, 3), "(1 + ({0})**2)**sympy.Rational(1, 3)",
-                lambda c, a: _powg(_one_plus_sq(a), const(ONE / 3, len(a.d)))),
+    "inv1p": Op(
+        1,
+        lambda a: 1 / (1 + a**2),
+        "1/(1 + ({0})**2)",
+        lambda c, a: _div(const(ONE, len(a.d)), _one_plus_sq(a)),
+    ),
+    "sqrt1p": Op(
+        1, lambda a: sg.sqrt(1 + a**2), "sg.sqrt(1 + ({0})**2)", lambda c, a: _sqrt(_one_plus_sq(a))
+    ),
+    "rpow32": Op(
+        1,
+        lambda a: (1 + a**2) ** R(-3, 2),
+        "(1 + ({0})**2)**sympy.Rational(-3, 2)",
+        lambda c, a: _powg(_one_plus_sq(a), const(mp.mpf(-1.5), len(a.d))),
+    ),
+    "pow13": Op(
+        1,
+        lambda a: (1 + a**2) ** R(1, 3),
+        "(1 + ({0})**2)**sympy.Rational(1, 3)",
+        lambda c, a: _powg(_one_plus_sq(a), const(ONE / 3, len(a.d))),
+    ),
     "add": Op(2, lambda a, b: a + b, "({0}) + ({1})", lambda c, a, b: _add(a, b)),
-    "sub": Op(2, lambda a, b: a - b, "({0}) - ({1})", lambda c, a, b: _add(a, un(b, lambda x: -x, lambda x: -ONE))),
+    "sub": Op(
+        2, lambda a, b: a - b, "({0}) - ({1})", lambda c, a, b: _add(a, un(b, lambda x: -x, lambda x: -ONE))
+    ),
     "mul": Op(2, lambda a, b: a * b, "({0}) * ({1})", lambda c, a, b: _mul(a, b)),
-    "div_safe": Op(2, lambda a, b: a / (1 + b**2), "({0}) / (1 + ({1})**2)", lambda c, a, b: _div(a, _one_plus_sq(b))),
+    "div_safe": Op(
+        2, lambda a, b: a / (1 + b**2), "({0}) / (1 + ({1})**2)", lambda c, a, b: _div(a, _one_plus_sq(b))
+    ),
     "div": Op(2, lambda a, b: a / b, "({0}) / ({1})", lambda c, a, b: (c.m(b.v), _div(a, b))[1]),
-    "powg": Op(2, lambda a, b: (1 + a**2)**b, "(1 + ({0})**2)**({1})", lambda c, a, b: _powg(_one_plus_sq(a), b)),
+    "powg": Op(
+        2, lambda a, b: (1 + a**2) ** b, "(1 + ({0})**2)**({1})", lambda c, a, b: _powg(_one_plus_sq(a), b)
+    ),
     # exp / log family and the naive patterns the rewrite pass must recognize
     "exp": Op(1, sg.exp, "sg.exp({0})", lambda c, a: un(a, mp.exp, mp.exp)),
-    "gauss": Op(1, lambda a: sg.exp(-a**2), "sg.exp(-({0})**2)",
-                lambda c, a: un(_mul(a, a), lambda x: mp.exp(-x), lambda x: -mp.exp(-x))),
+    "gauss": Op(
+        1,
+        lambda a: sg.exp(-(a**2)),
+        "sg.exp(-({0})**2)",
+        lambda c, a: un(_mul(a, a), lambda x: mp.exp(-x), lambda x: -mp.exp(-x)),
+    ),
     "log1p_sq": Op(1, lambda a: sg.log(1 + a**2), "sg.log(1 + ({0})**2)", lambda c, a: _log(_one_plus_sq(a))),
-    "log_abs": Op(1, lambda a: sg.log(1 + sg.Abs(a)), "sg.log(1 + sg.Abs({0}))",
-                  lambda c, a: _log(_addc(_abs(a, c), ONE))),
-    "log_half": Op(1, lambda a: sg.log(a**2 + R(1, 2)), "sg.log(({0})**2 + sympy.Rational(1, 2))",
-                   lambda c, a: _log(_addc(_mul(a, a), HALF))),
+    "log_abs": Op(
+        1,
+        lambda a: sg.log(1 + sg.Abs(a)),
+        "sg.log(1 + sg.Abs({0}))",
+        lambda c, a: _log(_addc(_abs(a, c), ONE)),
+    ),
+    "log_half": Op(
+        1,
+        lambda a: sg.log(a**2 + R(1, 2)),
+        "sg.log(({0})**2 + sympy.Rational(1, 2))",
+        lambda c, a: _log(_addc(_mul(a, a), HALF)),
+    ),
     "softplus": Op(1, sg.softplus, "sg.softplus({0})", lambda c, a: un(a, _softplus, _sigmoid)),
     # the naive spellings' references are the exact mathematical values (the same as the stable forms):
     # evaluated literally, 1 + exp(-250) is 1 even at 136 bits, and the reference would claim an exact 0
-    "softplus_naive": Op(1, lambda a: sg.log(1 + sg.exp(a)), "sg.log(1 + sg.exp({0}))",
-                         lambda c, a: un(a, _softplus, _sigmoid)),
-    "sigmoid": Op(1, sg.sigmoid, "sg.sigmoid({0})", lambda c, a: un(a, _sigmoid, lambda x: _sigmoid(x) * _sigmoid(-x))),
-    "sigmoid_naive": Op(1, lambda a: 1 / (1 + sg.exp(-a)), "1/(1 + sg.exp(-({0})))",
-                        lambda c, a: _div(const(ONE, len(a.d)), _addc(un(a, lambda x: mp.exp(-x), lambda x: -mp.exp(-x)), ONE))),
-    "logsigmoid": Op(1, sg.logsigmoid, "sg.logsigmoid({0})",
-                     lambda c, a: un(a, lambda x: -_softplus(-x), lambda x: _sigmoid(-x))),
-    "logsigmoid_naive": Op(1, lambda a: sg.log(1 / (1 + sg.exp(-a))), "sg.log(1/(1 + sg.exp(-({0}))))",
-                           lambda c, a: un(a, lambda x: -_softplus(-x), lambda x: _sigmoid(-x))),
+    "softplus_naive": Op(
+        1, lambda a: sg.log(1 + sg.exp(a)), "sg.log(1 + sg.exp({0}))", lambda c, a: un(a, _softplus, _sigmoid)
+    ),
+    "sigmoid": Op(
+        1, sg.sigmoid, "sg.sigmoid({0})", lambda c, a: un(a, _sigmoid, lambda x: _sigmoid(x) * _sigmoid(-x))
+    ),
+    "sigmoid_naive": Op(
+        1,
+        lambda a: 1 / (1 + sg.exp(-a)),
+        "1/(1 + sg.exp(-({0})))",
+        lambda c, a: _div(
+            const(ONE, len(a.d)), _addc(un(a, lambda x: mp.exp(-x), lambda x: -mp.exp(-x)), ONE)
+        ),
+    ),
+    "logsigmoid": Op(
+        1,
+        sg.logsigmoid,
+        "sg.logsigmoid({0})",
+        lambda c, a: un(a, lambda x: -_softplus(-x), lambda x: _sigmoid(-x)),
+    ),
+    "logsigmoid_naive": Op(
+        1,
+        lambda a: sg.log(1 / (1 + sg.exp(-a))),
+        "sg.log(1/(1 + sg.exp(-({0}))))",
+        lambda c, a: un(a, lambda x: -_softplus(-x), lambda x: _sigmoid(-x)),
+    ),
     "expm1": Op(1, sg.expm1, "sg.expm1({0})", lambda c, a: un(a, mp.expm1, mp.exp)),
     "expm1_naive": Op(1, lambda a: sg.exp(a) - 1, "sg.exp({0}) - 1", lambda c, a: un(a, mp.expm1, mp.exp)),
-    "log1p_exp": Op(1, lambda a: sg.log1p(sg.exp(a)), "sg.log1p(sg.exp({0}))",
-                    lambda c, a: un(un(a, mp.exp, mp.exp), mp.log1p, lambda x: 1 / (1 + x))),
+    "log1p_exp": Op(
+        1,
+        lambda a: sg.log1p(sg.exp(a)),
+        "sg.log1p(sg.exp({0}))",
+        lambda c, a: un(un(a, mp.exp, mp.exp), mp.log1p, lambda x: 1 / (1 + x)),
+    ),
     "logaddexp": Op(2, sg.logaddexp, "sg.logaddexp({0}, {1})", lambda c, a, b: _logaddexp(a, b)),
-    "logaddexp_naive": Op(2, lambda a, b: sg.log(sg.exp(a) + sg.exp(b)), "sg.log(sg.exp({0}) + sg.exp({1}))",
-                          lambda c, a, b: _log(_add(un(a, mp.exp, mp.exp), un(b, mp.exp, mp.exp)))),
-    "logsumexp3": Op(3, sg.logsumexp, "sg.logsumexp({0}, {1}, {2})",
-                     lambda c, a, b, d: _logaddexp(_logaddexp(a, b), d)),
-    "xlogy": Op(2, lambda a, b: sg.xlogy(a, 1 + b**2), "sg.xlogy({0}, 1 + ({1})**2)", lambda c, a, b: _xlogy(a, b, c)),
+    "logaddexp_naive": Op(
+        2,
+        lambda a, b: sg.log(sg.exp(a) + sg.exp(b)),
+        "sg.log(sg.exp({0}) + sg.exp({1}))",
+        lambda c, a, b: _log(_add(un(a, mp.exp, mp.exp), un(b, mp.exp, mp.exp))),
+    ),
+    "logsumexp3": Op(
+        3, sg.logsumexp, "sg.logsumexp({0}, {1}, {2})", lambda c, a, b, d: _logaddexp(_logaddexp(a, b), d)
+    ),
+    "xlogy": Op(
+        2, lambda a, b: sg.xlogy(a, 1 + b**2), "sg.xlogy({0}, 1 + ({1})**2)", lambda c, a, b: _xlogy(a, b, c)
+    ),
     # trigonometric and hyperbolic
     "sin": Op(1, sg.sin, "sg.sin({0})", lambda c, a: un(a, mp.sin, mp.cos)),
     "cos": Op(1, sg.cos, "sg.cos({0})", lambda c, a: un(a, mp.cos, lambda x: -mp.sin(x))),
@@ -368,27 +449,59 @@ OPS: dict[str, Op] = {
     "cosh": Op(1, sg.cosh, "sg.cosh({0})", lambda c, a: un(a, mp.cosh, mp.sinh)),
     "atan": Op(1, sg.atan, "sg.atan({0})", lambda c, a: un(a, mp.atan, lambda x: 1 / (1 + x * x))),
     "asinh": Op(1, sg.asinh, "sg.asinh({0})", lambda c, a: un(a, mp.asinh, lambda x: 1 / mp.sqrt(1 + x * x))),
-    "asin_tanh": Op(1, lambda a: sg.asin(sg.tanh(a)), "sg.asin(sg.tanh({0}))",
-                    lambda c, a: un(un(a, mp.tanh, lambda x: 1 - mp.tanh(x)**2), mp.asin,
-                                    lambda x: 1 / mp.sqrt(1 - x * x))),
-    "acos_tanh": Op(1, lambda a: sg.acos(sg.tanh(a)), "sg.acos(sg.tanh({0}))",
-                    lambda c, a: un(un(a, mp.tanh, lambda x: 1 - mp.tanh(x)**2), mp.acos,
-                                    lambda x: -1 / mp.sqrt(1 - x * x))),
-    "atanh_half": Op(1, lambda a: sg.atanh(sg.tanh(a) / 2), "sg.atanh(sg.tanh({0}) / 2)",
-                     lambda c, a: un(un(a, lambda x: mp.tanh(x) / 2, lambda x: (1 - mp.tanh(x)**2) / 2), mp.atanh,
-                                     lambda x: 1 / (1 - x * x))),
-    "acosh2": Op(1, lambda a: sg.acosh(2 + a**2), "sg.acosh(2 + ({0})**2)",
-                 lambda c, a: un(_addc(_mul(a, a), TWO), mp.acosh, lambda x: 1 / mp.sqrt(x * x - 1))),
+    "asin_tanh": Op(
+        1,
+        lambda a: sg.asin(sg.tanh(a)),
+        "sg.asin(sg.tanh({0}))",
+        lambda c, a: un(
+            un(a, mp.tanh, lambda x: 1 - mp.tanh(x) ** 2), mp.asin, lambda x: 1 / mp.sqrt(1 - x * x)
+        ),
+    ),
+    "acos_tanh": Op(
+        1,
+        lambda a: sg.acos(sg.tanh(a)),
+        "sg.acos(sg.tanh({0}))",
+        lambda c, a: un(
+            un(a, mp.tanh, lambda x: 1 - mp.tanh(x) ** 2), mp.acos, lambda x: -1 / mp.sqrt(1 - x * x)
+        ),
+    ),
+    "atanh_half": Op(
+        1,
+        lambda a: sg.atanh(sg.tanh(a) / 2),
+        "sg.atanh(sg.tanh({0}) / 2)",
+        lambda c, a: un(
+            un(a, lambda x: mp.tanh(x) / 2, lambda x: (1 - mp.tanh(x) ** 2) / 2),
+            mp.atanh,
+            lambda x: 1 / (1 - x * x),
+        ),
+    ),
+    "acosh2": Op(
+        1,
+        lambda a: sg.acosh(2 + a**2),
+        "sg.acosh(2 + ({0})**2)",
+        lambda c, a: un(_addc(_mul(a, a), TWO), mp.acosh, lambda x: 1 / mp.sqrt(x * x - 1)),
+    ),
     "atan2": Op(2, sg.atan2, "sg.atan2({0}, {1})", lambda c, a, b: _atan2(a, b, c)),
     "hypot": Op(2, sg.hypot, "sg.hypot({0}, {1})", lambda c, a, b: _hypot(a, b, c)),
-    "erf": Op(1, sg.erf, "sg.erf({0})", lambda c, a: un(a, mp.erf, lambda x: 2 / mp.sqrt(mp.pi) * mp.exp(-x * x))),
-    "erfc": Op(1, sg.erfc, "sg.erfc({0})", lambda c, a: un(a, mp.erfc, lambda x: -2 / mp.sqrt(mp.pi) * mp.exp(-x * x))),
+    "erf": Op(
+        1, sg.erf, "sg.erf({0})", lambda c, a: un(a, mp.erf, lambda x: 2 / mp.sqrt(mp.pi) * mp.exp(-x * x))
+    ),
+    "erfc": Op(
+        1,
+        sg.erfc,
+        "sg.erfc({0})",
+        lambda c, a: un(a, mp.erfc, lambda x: -2 / mp.sqrt(mp.pi) * mp.exp(-x * x)),
+    ),
     # kinks and discontinuities
     "abs": Op(1, sg.Abs, "sg.Abs({0})", lambda c, a: _abs(a, c)),
     "relu": Op(1, sg.relu, "sg.relu({0})", lambda c, a: _relu(a, c)),
     "clamp": Op(1, lambda a: sg.clamp(a, -1, 1), "sg.clamp({0}, -1, 1)", lambda c, a: _clamp(a, c)),
-    "relu6": Op(1, lambda a: sg.Min(sg.Max(a, 0), 6), "sg.Min(sg.Max({0}, 0), 6)",
-                lambda c, a: _min(_max(a, const(mp.mpf(0), len(a.d)), c), const(mp.mpf(6), len(a.d)), c)),
+    "relu6": Op(
+        1,
+        lambda a: sg.Min(sg.Max(a, 0), 6),
+        "sg.Min(sg.Max({0}, 0), 6)",
+        lambda c, a: _min(_max(a, const(mp.mpf(0), len(a.d)), c), const(mp.mpf(6), len(a.d)), c),
+    ),
     "floor": Op(1, sg.floor, "sg.floor({0})", lambda c, a: _floor(a, c)),
     "sign": Op(1, sg.sign, "sg.sign({0})", lambda c, a: _sign(a, c)),
     "max": Op(2, sg.Max, "sg.Max({0}, {1})", lambda c, a, b: _max(a, b, c)),
@@ -397,32 +510,66 @@ OPS: dict[str, Op] = {
     "minimum": Op(2, sg.minimum, "sg.minimum({0}, {1})", lambda c, a, b: _min(a, b, c)),
     "max3": Op(3, sg.Max, "sg.Max({0}, {1}, {2})", lambda c, a, b, d: _max(_max(a, b, c), d, c)),
     # piecewise
-    "where_gt": Op(4, lambda a, b, t, f: sg.where(a > b, t, f), "sg.where(({0}) > ({1}), {2}, {3})",
-                   lambda c, a, b, t, f: (c.m(a.v - b.v), _where(a.v > b.v, t, f))[1]),
-    "where_ge0": Op(3, lambda a, t, f: sg.where(a >= 0, t, f), "sg.where(({0}) >= 0, {1}, {2})",
-                    lambda c, a, t, f: (c.m(a.v), _where(a.v >= 0, t, f))[1]),
-    "where_and": Op(4, lambda a, b, t, f: sg.where(sg.And(a > 0, b < 1), t, f),
-                    "sg.where(sg.And(({0}) > 0, ({1}) < 1), {2}, {3})",
-                    lambda c, a, b, t, f: (c.m(a.v, b.v - 1), _where(a.v > 0 and b.v < 1, t, f))[1]),
-    "sqrt_relu": Op(1, lambda a: sg.where(a > 0, sg.sqrt(a), 0), "sg.where(({0}) > 0, sg.sqrt({0}), 0)",
-                    lambda c, a: _sqrt_relu(a, c)),
-    "xlogx_guard": Op(1, lambda a: sg.where(a > 0, a * sg.log(a), 0), "sg.where(({0}) > 0, ({0}) * sg.log({0}), 0)",
-                      lambda c, a: _xlogx_guard(a, c)),
-    "sinc": Op(1, lambda a: sg.where(sg.Ne(a, 0), sg.sin(a) / a, 1), "sg.where(sg.Ne({0}, 0), sg.sin({0}) / ({0}), 1)",
-               lambda c, a: _sinc(a, c)),
+    "where_gt": Op(
+        4,
+        lambda a, b, t, f: sg.where(a > b, t, f),
+        "sg.where(({0}) > ({1}), {2}, {3})",
+        lambda c, a, b, t, f: (c.m(a.v - b.v), _where(a.v > b.v, t, f))[1],
+    ),
+    "where_ge0": Op(
+        3,
+        lambda a, t, f: sg.where(a >= 0, t, f),
+        "sg.where(({0}) >= 0, {1}, {2})",
+        lambda c, a, t, f: (c.m(a.v), _where(a.v >= 0, t, f))[1],
+    ),
+    "where_and": Op(
+        4,
+        lambda a, b, t, f: sg.where(sg.And(a > 0, b < 1), t, f),
+        "sg.where(sg.And(({0}) > 0, ({1}) < 1), {2}, {3})",
+        lambda c, a, b, t, f: (c.m(a.v, b.v - 1), _where(a.v > 0 and b.v < 1, t, f))[1],
+    ),
+    "sqrt_relu": Op(
+        1,
+        lambda a: sg.where(a > 0, sg.sqrt(a), 0),
+        "sg.where(({0}) > 0, sg.sqrt({0}), 0)",
+        lambda c, a: _sqrt_relu(a, c),
+    ),
+    "xlogx_guard": Op(
+        1,
+        lambda a: sg.where(a > 0, a * sg.log(a), 0),
+        "sg.where(({0}) > 0, ({0}) * sg.log({0}), 0)",
+        lambda c, a: _xlogx_guard(a, c),
+    ),
+    "sinc": Op(
+        1,
+        lambda a: sg.where(sg.Ne(a, 0), sg.sin(a) / a, 1),
+        "sg.where(sg.Ne({0}, 0), sg.sin({0}) / ({0}), 1)",
+        lambda c, a: _sinc(a, c),
+    ),
 }
-CONSTANTS = {"2": (2, "2"), "-1": (-1, "-1"), "1/2": (R(1, 2), "sympy.Rational(1, 2)"), "0.3": (0.3, "0.3"),
-             "-1.7": (-1.7, "-1.7"), "pi": (sympy.pi, "sg.pi"), "3": (3, "3")}
+CONSTANTS = {
+    "2": (2, "2"),
+    "-1": (-1, "-1"),
+    "1/2": (R(1, 2), "sympy.Rational(1, 2)"),
+    "0.3": (0.3, "0.3"),
+    "-1.7": (-1.7, "-1.7"),
+    "pi": (sympy.pi, "sg.pi"),
+    "3": (3, "3"),
+}
 NAMES = ("x", "y", "z")
 
 
 def _const_value(key: str):
     value = CONSTANTS[key][0]
-    return mp.pi if value is sympy.pi else (mp.mpf(value.p) / value.q if isinstance(value, sympy.Rational)
-                                           else mp.mpf(value))
+    return (
+        mp.pi
+        if value is sympy.pi
+        else (mp.mpf(value.p) / value.q if isinstance(value, sympy.Rational) else mp.mpf(value))
+    )
 
 
 # -- trees ---------------------------------------------------------------------------------------------------
+
 
 @st.composite
 def trees(draw, n_inputs: int, depth: int = 6, budget: int = 40):
@@ -470,7 +617,7 @@ def evaluate(tree, point, prec: int) -> tuple[D, Ctx]:
         kind = t[0]
         if kind == "var":
             i = t[1]
-            r = D(point[i], tuple(mp.mpf(int(j == i)) for j in range(n)), exact=True)   # inputs are exact
+            r = D(point[i], tuple(mp.mpf(int(j == i)) for j in range(n)), exact=True)  # inputs are exact
         elif kind == "const":
             r = const(_const_value(t[1]), n)
         else:
@@ -489,19 +636,25 @@ def evaluate(tree, point, prec: int) -> tuple[D, Ctx]:
 def make_function(tree, n_inputs: int) -> sg.SymbolicFunction:
     """The tree (or a tuple of trees: one output each) as an @sg.function of 1-3 scalar arguments
     (a closure: compiled by traced content)."""
+
     def body(args):
         if isinstance(tree, list):
             return tuple(to_sympy(t, args) for t in tree)
         return to_sympy(tree, args)
+
     if n_inputs == 1:
+
         def prop(x):
             return body((x,))
     elif n_inputs == 2:
+
         def prop(x, y):
             return body((x, y))
     else:
+
         def prop(x, y, z):
             return body((x, y, z))
+
     fn = sg.function(prop)
     try:
         fn.trace()
@@ -526,14 +679,15 @@ def elementary(expr: sympy.Expr) -> sympy.Expr:
 
 # -- references per point ---------------------------------------------------------------------------------------
 
+
 @dataclass
 class Reference:
     point: tuple[float, ...]
     value: float
     grad: tuple[float, ...]
-    err_value: dict[str, float] = field(default_factory=dict)       # dtype -> rounding estimate
+    err_value: dict[str, float] = field(default_factory=dict)  # dtype -> rounding estimate
     err_grad: dict[str, tuple[float, ...]] = field(default_factory=dict)
-    robust: dict[str, bool] = field(default_factory=dict)           # dtype -> usable for checks
+    robust: dict[str, bool] = field(default_factory=dict)  # dtype -> usable for checks
 
 
 def reference(tree, point: tuple[float, ...]) -> Reference | None:
@@ -555,7 +709,7 @@ def reference(tree, point: tuple[float, ...]) -> Reference | None:
             except Singular:
                 ok = False
                 break
-            if len(lctx.margins) != len(ctx.margins):      # a branch went the other way at low precision
+            if len(lctx.margins) != len(ctx.margins):  # a branch went the other way at low precision
                 ok = False
                 break
             err_v = max(err_v, float(abs(lo.v - hi.v)))
@@ -567,12 +721,13 @@ def reference(tree, point: tuple[float, ...]) -> Reference | None:
         # floors: half an ulp of error at every node, propagated to the result (a sampled rounding can be
         # lucky: libm's errors are not), and for gradients their terms' magnitude over all paths
         ref.err_value[dtype] = max(err_v, sens_v * EPS[dtype] / 2)
-        ref.err_grad[dtype] = tuple(max(e, s * EPS[dtype] / 2, 2 * EPS[dtype] * float(m))
-                                    for e, s, m in zip(err_g, sens_g, hi.a))
+        ref.err_grad[dtype] = tuple(
+            max(e, s * EPS[dtype] / 2, 2 * EPS[dtype] * float(m)) for e, s, m in zip(err_g, sens_g, hi.a)
+        )
     return ref
 
 
-PERTURB = mp.mpf(2) ** -80        # relative: far below float64's rounding, far above HI_PREC's
+PERTURB = mp.mpf(2) ** -80  # relative: far below float64's rounding, far above HI_PREC's
 
 
 def _sensitivities(tree, point: tuple, hi: D) -> tuple[float, list[float]]:
@@ -583,14 +738,14 @@ def _sensitivities(tree, point: tuple, hi: D) -> tuple[float, list[float]]:
     global _PERTURB
     sens_v, sens_g = mp.mpf(0), [mp.mpf(0)] * len(point)
     try:
-        _PERTURB = [-1, "v", PERTURB, 0]          # counts the operations' results, perturbs none
+        _PERTURB = [-1, "v", PERTURB, 0]  # counts the operations' results, perturbs none
         evaluate(tree, point, HI_PREC)
         for k in range(_PERTURB[3]):
             for part in ("v", "d"):
                 _PERTURB = [k, part, PERTURB, 0]
                 try:
                     p, _ = evaluate(tree, point, HI_PREC)
-                except Singular:                  # the perturbation left the domain: no first-order estimate
+                except Singular:  # the perturbation left the domain: no first-order estimate
                     continue
                 with mp.workprec(HI_PREC):
                     sens_v += abs(p.v - hi.v) / PERTURB
@@ -604,11 +759,17 @@ def tolerance(want: float, err: float, dtype: str) -> float:
     return ERR_FACTOR * err + REL_FACTOR * EPS[dtype] * abs(want) + TINY[dtype]
 
 
-FIXED_POINTS = [(0.71875, -1.3125, 0.40625), (-0.34375, 0.90625, 1.59375), (1.21875, 0.28125, -0.78125),
-                (-1.65625, -0.53125, 0.15625)]
-coordinate = st.one_of(st.sampled_from([0.0, 1.0, -1.0, 0.5, -2.0, 3.0]),
-                       st.floats(-4, 4, allow_nan=False, width=32),
-                       st.floats(-40, 40, allow_nan=False, width=32))
+FIXED_POINTS = [
+    (0.71875, -1.3125, 0.40625),
+    (-0.34375, 0.90625, 1.59375),
+    (1.21875, 0.28125, -0.78125),
+    (-1.65625, -0.53125, 0.15625),
+]
+coordinate = st.one_of(
+    st.sampled_from([0.0, 1.0, -1.0, 0.5, -2.0, 3.0]),
+    st.floats(-4, 4, allow_nan=False, width=32),
+    st.floats(-40, 40, allow_nan=False, width=32),
+)
 
 
 @st.composite
@@ -622,11 +783,14 @@ def cases(draw):
 
 # -- running and reporting ----------------------------------------------------------------------------------------
 
+
 def describe(tree, fn, spec_text: str, point, what: str, got, want, tol, extra: str = "") -> str:
     inputs = ", ".join(f"{name}={value!r}" for name, value in zip(NAMES, point))
-    lines = [f"{what} at {inputs}: got {got!r}, want {want!r} (|diff| {abs(float(got) - want):.3g} > tol {tol:.3g})",
-             f"  expression: {to_source(tree)}",
-             f"  traced:     {spec_text}"]
+    lines = [
+        f"{what} at {inputs}: got {got!r}, want {want!r} (|diff| {abs(float(got) - want):.3g} > tol {tol:.3g})",
+        f"  expression: {to_source(tree)}",
+        f"  traced:     {spec_text}",
+    ]
     compiled = fn.compiled()
     for name, text in compiled.formulas.items():
         lines.append(f"  formula    {name} = {text}")
@@ -639,25 +803,38 @@ def describe(tree, fn, spec_text: str, point, what: str, got, want, tol, extra: 
 
 def ir_diagnosis(fn, point, ref: Reference) -> str:
     """Evaluate the kernel IR (value_and_vjp) at 40 digits: tells a wrong derivation from a wrong target."""
-    from symgrad.lower import lower
+    from symgrad.compiler import compile_spec
+
     try:
-        kernel = lower(fn.trace())
+        kernel = compile_spec(fn.trace())
         program = kernel.program("value_and_vjp")
         env: dict = {}
         with mp.workdps(40):
             for slot in program.inputs:
                 for s in slot.symbols:
-                    env[s] = mp.mpf(1) if slot.role == "cotangent" else mp.mpf(point[[a.name for a in kernel.args].index(slot.name)])
+                    env[s] = (
+                        mp.mpf(1)
+                        if slot.role == "cotangent"
+                        else mp.mpf(point[[a.name for a in kernel.args].index(slot.name)])
+                    )
             for a in program.body:
                 f = sympy.lambdify(list(env), elementary(a.expr), modules="mpmath")
                 env[a.target] = f(*env.values())
         outs = [float(env[s]) for slot in program.outputs for s in slot.symbols]
         want = [ref.value, *ref.grad]
-        bad = [f"{slot.name}: IR {o!r} vs {w!r}" for slot, o, w in zip(program.outputs, outs, want)
-               if not math.isclose(o, w, rel_tol=1e-9, abs_tol=1e-12)]
-        verdict = ("  diagnosis: the DERIVATION is wrong (kernel IR at 40 digits: " + "; ".join(bad) + ")"
-                   if bad else "  diagnosis: the kernel IR is right at 40 digits: the TARGET (emitter/backend) is wrong")
-        return verdict + "\n  program:\n" + "\n".join("    " + line for line in str(program).splitlines()[:60])
+        bad = [
+            f"{slot.name}: IR {o!r} vs {w!r}"
+            for slot, o, w in zip(program.outputs, outs, want)
+            if not math.isclose(o, w, rel_tol=1e-9, abs_tol=1e-12)
+        ]
+        verdict = (
+            "  diagnosis: the DERIVATION is wrong (kernel IR at 40 digits: " + "; ".join(bad) + ")"
+            if bad
+            else "  diagnosis: the kernel IR is right at 40 digits: the TARGET (emitter/backend) is wrong"
+        )
+        return (
+            verdict + "\n  program:\n" + "\n".join("    " + line for line in str(program).splitlines()[:60])
+        )
     except Exception as exc:  # a diagnosis must never hide the failure itself
         return f"  diagnosis failed: {type(exc).__name__}: {exc}"
 
@@ -673,7 +850,7 @@ def run_all(fn, refs: list[Reference], backend: str, dtype: str) -> dict[str, tu
     sg.set_backend(backend)
     try:
         with warnings.catch_warnings():
-            warnings.simplefilter("error")       # an untaken branch never warns, on any target
+            warnings.simplefilter("error")  # an untaken branch never warns, on any target
             out, grads = compiled.value_and_vjp(*cols, ones)
             results = {
                 "value_and_vjp": (out, grads),
@@ -686,9 +863,11 @@ def run_all(fn, refs: list[Reference], backend: str, dtype: str) -> dict[str, tu
         sg.set_backend(previous)
     for name, pair in results.items():
         for arr in pair:
-            for a in (arr if isinstance(arr, tuple) else (arr,)):
+            for a in arr if isinstance(arr, tuple) else (arr,):
                 if a is not None:
-                    assert a.dtype == np.dtype(dtype), f"{name} on {backend}: result dtype {a.dtype}, not {dtype}"
+                    assert a.dtype == np.dtype(dtype), (
+                        f"{name} on {backend}: result dtype {a.dtype}, not {dtype}"
+                    )
     return results
 
 
@@ -719,17 +898,26 @@ def check_against_reference(tree, fn, spec_text, refs, backend, dtype) -> list[s
         for i, name in enumerate(names):
             check(f"{where} value_and_vjp grad_{name}", results["value_and_vjp"][1][i], k, r.grad[i], eg[i])
             check(f"{where} vjp grad_{name}", results["vjp"][1][i], k, r.grad[i], eg[i])
-            check(f"{where} jacobian[0, {i}] (d/d{name})", results["value_and_jacobian"][1][..., 0, i], k,
-                  r.grad[i], eg[i])
+            check(
+                f"{where} jacobian[0, {i}] (d/d{name})",
+                results["value_and_jacobian"][1][..., 0, i],
+                k,
+                r.grad[i],
+                eg[i],
+            )
         want = sum(t * g for t, g in zip(tangent, r.grad))
-        err = sum(abs(t) * e for t, e in zip(tangent, eg)) + sum(abs(t * g) for t, g in zip(tangent, r.grad)) * EPS[dtype]
+        err = (
+            sum(abs(t) * e for t, e in zip(tangent, eg))
+            + sum(abs(t * g) for t, g in zip(tangent, r.grad)) * EPS[dtype]
+        )
         check(f"{where} jvp tangent (t = {tangent})", results["jvp"][1], k, want, err)
     messages = []
     for what, k, got, want, tol in failures[:3]:
         extra = ir_diagnosis(fn, refs[k].point, refs[k]) if not messages else ""
         if not messages:
             extra += "\n  generated numpy:\n" + "\n".join(
-                "    " + line for line in fn.compiled().source("numpy").split("\n\n\n")[0].splitlines()[:40])
+                "    " + line for line in fn.compiled().source("numpy").split("\n\n\n")[0].splitlines()[:40]
+            )
         messages.append(describe(tree, fn, spec_text, refs[k].point, what, got, want, tol, extra))
     if len(failures) > 3:
         messages.append(f"... and {len(failures) - 3} more mismatches")
@@ -738,14 +926,14 @@ def check_against_reference(tree, fn, spec_text, refs, backend, dtype) -> list[s
 
 # -- the properties -----------------------------------------------------------------------------------------------
 
-BACKENDS = sorted(sg.available_backends(), key=lambda b: b != "numpy")   # numpy first: no C build to shrink
+BACKENDS = sorted(sg.available_backends(), key=lambda b: b != "numpy")  # numpy first: no C build to shrink
 DTYPES = ("float64", "float32")
 
 
 def _references(tree, points) -> list[Reference]:
     seen, refs = set(), []
     for p in list(points) + FIXED_POINTS:
-        p = tuple(float(v) for v in p[:len(points[0])])
+        p = tuple(float(v) for v in p[: len(points[0])])
         if p in seen:
             continue
         seen.add(p)
@@ -768,8 +956,10 @@ def _sympy_value_check(tree, fn, refs: list[Reference]) -> str:
             got = f(*[mp.mpf(p) for p in r.point])
             got = mp.mpf(got) if not isinstance(got, mp.mpf) else got
             if not mp.almosteq(got, mp.mpf(r.value), rel_eps=1e-12, abs_eps=1e-12):
-                return (f"SymPy evaluates {to_source(tree)} to {got} at {r.point}, the tree evaluator to "
-                        f"{r.value} (traced: {expr})")
+                return (
+                    f"SymPy evaluates {to_source(tree)} to {got} at {r.point}, the tree evaluator to "
+                    f"{r.value} (traced: {expr})"
+                )
     return ""
 
 
@@ -810,7 +1000,9 @@ def test_kinks_ties_and_integers_give_finite_results(case):
     targets agree on the value."""
     n, tree = case
     note(f"expression: {to_source(tree)}")
-    points = sorted({(a,) * n for a in KINK_VALUES} | {(a, b, 0.0)[:n] for a in KINK_VALUES for b in (0.0, 1.0)})
+    points = sorted(
+        {(a,) * n for a in KINK_VALUES} | {(a, b, 0.0)[:n] for a in KINK_VALUES for b in (0.0, 1.0)}
+    )
     regular = []
     for p in points:
         try:
@@ -834,20 +1026,27 @@ def test_kinks_ties_and_integers_give_finite_results(case):
                     out, grads = compiled.value_and_vjp(*cols, np.ones(len(regular), dtype))
             finally:
                 sg.set_backend(previous)
-            bad = [k for k in range(len(regular))
-                   if not np.isfinite(out[k]) or not all(np.isfinite(g[k]) for g in grads)]
-            assert not bad, (f"[{backend} {dtype}] non-finite result at a regular kink point "
-                             f"{dict(zip(NAMES, regular[bad[0]]))}: value {out[bad[0]]!r}, "
-                             f"grads {[g[bad[0]] for g in grads]}\n  expression: {to_source(tree)}\n"
-                             f"  derivatives: {compiled.derivatives}")
+            bad = [
+                k
+                for k in range(len(regular))
+                if not np.isfinite(out[k]) or not all(np.isfinite(g[k]) for g in grads)
+            ]
+            assert not bad, (
+                f"[{backend} {dtype}] non-finite result at a regular kink point "
+                f"{dict(zip(NAMES, regular[bad[0]]))}: value {out[bad[0]]!r}, "
+                f"grads {[g[bad[0]] for g in grads]}\n  expression: {to_source(tree)}\n"
+                f"  derivatives: {compiled.derivatives}"
+            )
             values[backend] = out
         if len(values) == 2:
             a, b = values.values()
             scale = np.maximum(1.0, np.abs(a))
             # exact ties decide identical branches on both targets as long as the arithmetic before them agrees
             close = np.abs(a - b) <= 1e-3 * scale if dtype == "float32" else np.abs(a - b) <= 1e-9 * scale
-            assert close.sum() >= len(regular) // 2, (f"[{dtype}] numpy and C disagree at most kink points: "
-                                                      f"{a} vs {b}\n  expression: {to_source(tree)}")
+            assert close.sum() >= len(regular) // 2, (
+                f"[{dtype}] numpy and C disagree at most kink points: "
+                f"{a} vs {b}\n  expression: {to_source(tree)}"
+            )
 
 
 def _mp_logaddexp(a, b):
@@ -859,10 +1058,15 @@ def _mp_logaddexp(a, b):
 #: symgrad's primitives as mpmath functions, for lambdify: no SymPy rewriting (which can turn an untaken
 #: branch such as sqrt(logsigmoid(x)) into complex values) between the expression and its number
 MP_FUNCTIONS = {
-    "sigmoid": _sigmoid, "softplus": lambda x: _mp_logaddexp(mp.mpf(0), x),
-    "logsigmoid": lambda x: -_mp_logaddexp(mp.mpf(0), -x), "logaddexp": _mp_logaddexp,
-    "xlogy": lambda x, y: mp.mpf(0) if x == 0 else x * mp.log(y), "maximum": max, "minimum": min,
-    "log1p": mp.log1p, "expm1": mp.expm1,
+    "sigmoid": _sigmoid,
+    "softplus": lambda x: _mp_logaddexp(mp.mpf(0), x),
+    "logsigmoid": lambda x: -_mp_logaddexp(mp.mpf(0), -x),
+    "logaddexp": _mp_logaddexp,
+    "xlogy": lambda x, y: mp.mpf(0) if x == 0 else x * mp.log(y),
+    "maximum": max,
+    "minimum": min,
+    "log1p": mp.log1p,
+    "expm1": mp.expm1,
 }
 
 
@@ -875,7 +1079,8 @@ def mp_value(symbols, expr, args):
 @given(st.integers(1, 3).flatmap(lambda n: st.tuples(st.just(n), trees(n), st.tuples(*[coordinate] * n))))
 def test_rewrite_pass_preserves_values(case):
     """``stabilize`` (log(1+exp) -> softplus, Max -> maximum, ...) never changes a value (40 digits)."""
-    from symgrad.rewrite import stabilize
+    from symgrad.compiler.rewrite import stabilize
+
     n, tree, point = case
     note(f"expression: {to_source(tree)}")
     symbols = [sympy.Symbol(name, real=True) for name in NAMES[:n]]
@@ -892,13 +1097,23 @@ def test_rewrite_pass_preserves_values(case):
         after = mp_value(symbols, stable, args)
         ok = isinstance(after, mp.mpf) and mp.almosteq(after, before, rel_eps=1e-25, abs_eps=1e-25)
         diff = mp.nstr(after - before, 5) if isinstance(after, mp.mpf) else "-"
-    assert ok, (f"stabilize changed the value at {dict(zip(NAMES, point))}: {before} -> {after} ({diff})\n"
-                f"  expression: {to_source(tree)}\n  before: {expr}\n  after:  {stable}")
+    assert ok, (
+        f"stabilize changed the value at {dict(zip(NAMES, point))}: {before} -> {after} ({diff})\n"
+        f"  expression: {to_source(tree)}\n  before: {expr}\n  after:  {stable}"
+    )
 
 
 @budget(6)
-@given(st.integers(1, 3).flatmap(lambda n: st.tuples(
-    st.just(n), trees(n, budget=16), trees(n, budget=16), st.lists(st.tuples(*[coordinate] * n), max_size=2))))
+@given(
+    st.integers(1, 3).flatmap(
+        lambda n: st.tuples(
+            st.just(n),
+            trees(n, budget=16),
+            trees(n, budget=16),
+            st.lists(st.tuples(*[coordinate] * n), max_size=2),
+        )
+    )
+)
 def test_multi_output_jacobian_vjp_and_jvp_agree(case):
     """A function returning two trees: every Jacobian row, the vjp of a mixed cotangent and the jvp of a
     mixed tangent match the per-output references, on every backend and dtype (the Jacobian program runs
@@ -938,22 +1153,37 @@ def test_multi_output_jacobian_vjp_and_jvp_agree(case):
                 def check(what, got, want, err):
                     tol = tolerance(want, err, dtype)
                     if not abs(float(got) - want) <= tol:
-                        failures.append(f"[{backend} {dtype}] {what} at {dict(zip(NAMES, refs[0].point))}: "
-                                        f"got {float(got)!r}, want {want!r} (tol {tol:.3g})")
+                        failures.append(
+                            f"[{backend} {dtype}] {what} at {dict(zip(NAMES, refs[0].point))}: "
+                            f"got {float(got)!r}, want {want!r} (tol {tol:.3g})"
+                        )
+
                 for o, r in enumerate(refs):
                     check(f"output {o}", outs[o][j], r.value, r.err_value[dtype])
-                    check(f"jvp tangent of output {o}", tangents[o][j], sum(t * g for t, g in zip(tan, r.grad)),
-                          sum(abs(t) * e for t, e in zip(tan, r.err_grad[dtype])))
+                    check(
+                        f"jvp tangent of output {o}",
+                        tangents[o][j],
+                        sum(t * g for t, g in zip(tan, r.grad)),
+                        sum(abs(t) * e for t, e in zip(tan, r.err_grad[dtype])),
+                    )
                     for i, name in enumerate(names):
-                        check(f"jacobian[{o}, {i}] (d out{o}/d{name})", jac[j, o, i], r.grad[i],
-                              r.err_grad[dtype][i])
+                        check(
+                            f"jacobian[{o}, {i}] (d out{o}/d{name})",
+                            jac[j, o, i],
+                            r.grad[i],
+                            r.err_grad[dtype][i],
+                        )
                 for i, name in enumerate(names):
-                    check(f"vjp grad_{name} for cotangents {cot}", grads[i][j],
-                          sum(c * r.grad[i] for c, r in zip(cot, refs)),
-                          sum(abs(c) * r.err_grad[dtype][i] for c, r in zip(cot, refs)))
+                    check(
+                        f"vjp grad_{name} for cotangents {cot}",
+                        grads[i][j],
+                        sum(c * r.grad[i] for c, r in zip(cot, refs)),
+                        sum(abs(c) * r.err_grad[dtype][i] for c, r in zip(cot, refs)),
+                    )
             assert not failures, "\n".join(failures[:6]) + (
                 f"\n  expressions: ({to_source(tree0)}, {to_source(tree1)})\n  traced: {fn.trace()}\n"
-                f"  derivatives: {compiled.derivatives}")
+                f"  derivatives: {compiled.derivatives}"
+            )
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -967,12 +1197,17 @@ def test_rounding_estimate_admits_libm_error_but_not_a_wrong_formula(dtype):
     Sampled rounding alone gave 6.8 eps (1.5e-15) at acos(tanh(2.9375)) and 0.3 eps (6.7e-17) at
     tanh'(7.46875) in float64 (6.98, the point noted with the failure, was sampled adequately: 30 eps)."""
     acos_tanh, tanh = ("acos_tanh", ("var", 0)), ("tanh", ("var", 0))
-    for tree, x, part, lo in ((acos_tanh, 2.9375, "value", 20), (acos_tanh, 2.9375, "grad", 20),
-                              (tanh, 6.98, "grad", 4), (tanh, 7.46875, "grad", 4)):
+    for tree, x, part, lo in (
+        (acos_tanh, 2.9375, "value", 20),
+        (acos_tanh, 2.9375, "grad", 20),
+        (tanh, 6.98, "grad", 4),
+        (tanh, 7.46875, "grad", 4),
+    ):
         r = reference(tree, (x,))
         assert r is not None and r.robust[dtype], f"{to_source(tree)} at x={x} is not checked in {dtype}"
         want, err = (r.value, r.err_value[dtype]) if part == "value" else (r.grad[0], r.err_grad[dtype][0])
         tol = tolerance(want, err, dtype)
         assert lo * EPS[dtype] <= tol <= 450 * EPS[dtype], (
             f"{to_source(tree)} {part} at x={x} [{dtype}]: tolerance {tol:.3g} ({tol / EPS[dtype]:.1f} eps, "
-            f"estimate {err:.3g}) outside [{lo}, 450] eps")
+            f"estimate {err:.3g}) outside [{lo}, 450] eps"
+        )

@@ -1,4 +1,5 @@
 """Every runtime error a PyTorch user would search for keeps PyTorch's wording."""
+
 from __future__ import annotations
 
 import re
@@ -24,7 +25,9 @@ def test_second_backward_without_retain_graph():
     y.backward()
     with raises("Trying to backward through the graph a second time") as info:
         y.backward()
-    assert "Specify retain_graph=True if you need to backward through the graph a second time" in str(info.value)
+    assert "Specify retain_graph=True if you need to backward through the graph a second time" in str(
+        info.value
+    )
 
 
 def test_second_backward_through_a_custom_function_with_saved_tensors():
@@ -94,8 +97,10 @@ class BadShape(sg.Function):
 
 def test_custom_backward_returning_a_gradient_of_the_wrong_shape():
     y = sg.tensor(np.ones(5), requires_grad=True)
-    with raises("Function BadShapeBackward returned an invalid gradient at index 1 - got [3, 4] but expected shape "
-                "compatible with [5]"):
+    with raises(
+        "Function BadShapeBackward returned an invalid gradient at index 1 - got [3, 4] but expected shape "
+        "compatible with [5]"
+    ):
         BadShape.apply(sg.tensor(np.ones(5)), y).sum().backward()
 
 
@@ -117,8 +122,10 @@ def test_custom_backward_gradient_that_broadcasts_is_summed():
 def test_grad_of_an_unused_input():
     x = sg.tensor([1.0], requires_grad=True)
     unused = sg.tensor([1.0], requires_grad=True)
-    with raises("One of the differentiated Tensors appears to not have been used in the graph. "
-                "Set allow_unused=True if this is the desired behavior."):
+    with raises(
+        "One of the differentiated Tensors appears to not have been used in the graph. "
+        "Set allow_unused=True if this is the desired behavior."
+    ):
         sg.grad((x * 2).sum(), [x, unused])
     gx, gu = sg.grad((x * 2).sum(), [x, unused], allow_unused=True)
     assert gu is None and gx.item() == 2

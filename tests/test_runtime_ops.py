@@ -1,5 +1,6 @@
 """Every Tensor operation's gradient against central differences in float64, broadcasting included;
 dtype rules; the conventions at kinks and the stable forms."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -23,6 +24,7 @@ def recording(request, monkeypatch):
 
 def numeric_grad(f, arrays, index, weights, eps=1e-6):
     """Central differences of sum(weights * f(arrays)) with respect to arrays[index]."""
+
     def value(arrs):
         with sg.no_grad():
             return float(np.sum(weights * f(*[sg.tensor(a, dtype=np.float64) for a in arrs]).data))
@@ -61,22 +63,37 @@ BINARY = {
     "sub": lambda a, b: a - b,
     "mul": lambda a, b: a * b,
     "div": lambda a, b: a / b,
-    "pow": lambda a, b: a ** b,
+    "pow": lambda a, b: a**b,
     "maximum": lambda a, b: a.maximum(b),
     "minimum": lambda a, b: a.minimum(b),
 }
 
 
 @pytest.mark.parametrize("name", sorted(BINARY))
-@pytest.mark.parametrize("shapes", [((3,), (3,)), ((2, 3), (3,)), ((2, 1), (1, 3)), ((), (2, 2)), ((4, 1, 3), (2, 1))])
+@pytest.mark.parametrize(
+    "shapes", [((3,), (3,)), ((2, 3), (3,)), ((2, 1), (1, 3)), ((), (2, 2)), ((4, 1, 3), (2, 1))]
+)
 def test_binary_ops_with_broadcasting(name, shapes, recording):
     check_grad(BINARY[name], positive(*shapes[0]), positive(*shapes[1]))
 
 
-@pytest.mark.parametrize("f", [
-    lambda x: 2.0 + x, lambda x: 2.0 - x, lambda x: 3.0 * x, lambda x: 2.0 / x, lambda x: 2.0 ** x,
-    lambda x: x ** 3, lambda x: x ** 0.5, lambda x: -x, lambda x: abs(x - 1.25), lambda x: x - 1, lambda x: x / 4,
-], ids=["radd", "rsub", "rmul", "rdiv", "rpow", "pow3", "pow_half", "neg", "abs", "sub_int", "div_int"])
+@pytest.mark.parametrize(
+    "f",
+    [
+        lambda x: 2.0 + x,
+        lambda x: 2.0 - x,
+        lambda x: 3.0 * x,
+        lambda x: 2.0 / x,
+        lambda x: 2.0**x,
+        lambda x: x**3,
+        lambda x: x**0.5,
+        lambda x: -x,
+        lambda x: abs(x - 1.25),
+        lambda x: x - 1,
+        lambda x: x / 4,
+    ],
+    ids=["radd", "rsub", "rmul", "rdiv", "rpow", "pow3", "pow_half", "neg", "abs", "sub_int", "div_int"],
+)
 def test_operators_with_python_numbers(f, recording):
     check_grad(f, positive(2, 3))
 
@@ -113,6 +130,7 @@ def sin_times(x, y):
 def test_a_wrong_argument_count_is_an_error_that_changes_nothing(backend):
     """A tensor that requires grad takes the tape's fast path: it must still count the arguments."""
     from symgrad.errors import ArgumentError
+
     blend = sin_times.compiled()
     assert blend.jacobian_saving
     x = sg.tensor(np.linspace(0.5, 2, 6), requires_grad=True)
@@ -139,9 +157,23 @@ def test_repeated_python_numbers_keep_their_values(backend):
 
 
 UNARY_DOMAIN = {
-    "exp": normal, "log": positive, "log1p": positive, "expm1": normal, "sqrt": positive, "sin": normal,
-    "cos": normal, "tan": lambda *s: RNG.uniform(-1, 1, s), "tanh": normal, "sigmoid": normal, "relu": normal,
-    "softplus": normal, "abs": normal, "neg": normal, "square": normal, "reciprocal": positive, "sign": normal,
+    "exp": normal,
+    "log": positive,
+    "log1p": positive,
+    "expm1": normal,
+    "sqrt": positive,
+    "sin": normal,
+    "cos": normal,
+    "tan": lambda *s: RNG.uniform(-1, 1, s),
+    "tanh": normal,
+    "sigmoid": normal,
+    "relu": normal,
+    "softplus": normal,
+    "abs": normal,
+    "neg": normal,
+    "square": normal,
+    "reciprocal": positive,
+    "sign": normal,
 }
 
 
@@ -150,8 +182,18 @@ def test_unary_methods(name, recording):
     check_grad(lambda x: getattr(x, name)(), UNARY_DOMAIN[name](3, 4))
 
 
-@pytest.mark.parametrize("shapes", [((3,), (3,)), ((3,), (3, 4)), ((2, 3), (3,)), ((2, 3), (3, 4)),
-                                    ((5, 2, 3), (3, 4)), ((2, 1, 2, 3), (4, 3, 2)), ((3,), (2, 3, 4))])
+@pytest.mark.parametrize(
+    "shapes",
+    [
+        ((3,), (3,)),
+        ((3,), (3, 4)),
+        ((2, 3), (3,)),
+        ((2, 3), (3, 4)),
+        ((5, 2, 3), (3, 4)),
+        ((2, 1, 2, 3), (4, 3, 2)),
+        ((3,), (2, 3, 4)),
+    ],
+)
 def test_matmul(shapes):
     check_grad(lambda a, b: a @ b, normal(*shapes[0]), normal(*shapes[1]))
 
@@ -181,20 +223,53 @@ def test_max_ties_share_the_gradient():
     np.testing.assert_allclose(x.grad.data, [0, 0.5, 0.5])
 
 
-@pytest.mark.parametrize("f", [
-    lambda x: x.reshape(4, 6), lambda x: x.reshape((-1,)), lambda x: x.view(3, 8), lambda x: x.T,
-    lambda x: x.transpose(0, 2), lambda x: x.permute(1, 2, 0), lambda x: x.mT,
-    lambda x: x.reshape(2, 3, 1, 4).broadcast_to((2, 3, 5, 4)),
-], ids=["reshape", "flatten", "view", "T", "transpose", "permute", "mT", "broadcast_to"])
+@pytest.mark.parametrize(
+    "f",
+    [
+        lambda x: x.reshape(4, 6),
+        lambda x: x.reshape((-1,)),
+        lambda x: x.view(3, 8),
+        lambda x: x.T,
+        lambda x: x.transpose(0, 2),
+        lambda x: x.permute(1, 2, 0),
+        lambda x: x.mT,
+        lambda x: x.reshape(2, 3, 1, 4).broadcast_to((2, 3, 5, 4)),
+    ],
+    ids=["reshape", "flatten", "view", "T", "transpose", "permute", "mT", "broadcast_to"],
+)
 def test_shape_ops(f):
     check_grad(f, normal(2, 3, 4))
 
 
-@pytest.mark.parametrize("index", [
-    0, -1, (1, 2), slice(1, None), (slice(None), slice(None, None, -1)), (Ellipsis, 1), (None, 0),
-    [0, 0, 2], (np.array([0, 2, 2]), np.array([1, 1, 3])), np.array([True, False, True]),
-    (slice(None), [3, 0, 3]),
-], ids=["int", "neg", "pair", "slice", "reverse", "ellipsis", "newaxis", "repeated", "pairs", "mask", "mixed"])
+@pytest.mark.parametrize(
+    "index",
+    [
+        0,
+        -1,
+        (1, 2),
+        slice(1, None),
+        (slice(None), slice(None, None, -1)),
+        (Ellipsis, 1),
+        (None, 0),
+        [0, 0, 2],
+        (np.array([0, 2, 2]), np.array([1, 1, 3])),
+        np.array([True, False, True]),
+        (slice(None), [3, 0, 3]),
+    ],
+    ids=[
+        "int",
+        "neg",
+        "pair",
+        "slice",
+        "reverse",
+        "ellipsis",
+        "newaxis",
+        "repeated",
+        "pairs",
+        "mask",
+        "mixed",
+    ],
+)
 def test_indexing(index):
     check_grad(lambda x: x[index] * 1.0, normal(3, 4))
 
@@ -211,8 +286,12 @@ def test_broadcast_gradients_are_summed_to_input_shapes(shapes):
 
 
 def test_composite_expression():
-    check_grad(lambda x, w, b: ((x @ w + b).tanh() ** 2).mean(axis=0) * (x.sum() / 3.0).exp(),
-               normal(4, 3) * 0.3, normal(3, 2), normal(2))
+    check_grad(
+        lambda x, w, b: ((x @ w + b).tanh() ** 2).mean(axis=0) * (x.sum() / 3.0).exp(),
+        normal(4, 3) * 0.3,
+        normal(3, 2),
+        normal(2),
+    )
 
 
 # -- dtypes ----------------------------------------------------------------------------------------------
@@ -224,8 +303,8 @@ def test_from_numpy_and_as_tensor_share_memory():
     assert sg.as_tensor(a).data is a and sg.as_tensor(t) is t
     c = sg.as_tensor(a, dtype=np.float32)
     assert c.dtype == np.float32 and not np.shares_memory(c.data, a)
-    assert sg.as_tensor([1.0, 2.0]).dtype == np.float32       # Python floats: torch's default dtype
-    assert sg.tensor(a).data is not a                         # tensor() copies, as torch.tensor does
+    assert sg.as_tensor([1.0, 2.0]).dtype == np.float32  # Python floats: torch's default dtype
+    assert sg.tensor(a).data is not a  # tensor() copies, as torch.tensor does
     with pytest.raises(TypeError, match="expected np.ndarray"):
         sg.from_numpy([1.0])
 
@@ -240,7 +319,7 @@ def test_default_dtypes_follow_torch():
 
 def test_python_scalars_are_weak():
     x = sg.tensor([1.0, 2.0], requires_grad=True)
-    for y in (x * 2.0, 2.0 * x, x + 1, x / 3, x ** 2, 1.0 - x):
+    for y in (x * 2.0, 2.0 * x, x + 1, x / 3, x**2, 1.0 - x):
         assert y.dtype == np.float32
     (x * 2.0).sum().backward()
     assert x.grad.dtype == np.float32

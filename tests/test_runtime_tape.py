@@ -1,5 +1,6 @@
 """The tape: leaves and non-leaves, accumulation, grad mode, hooks, custom Functions, compiled nodes,
 higher order through shape ops, deep graphs and memory."""
+
 from __future__ import annotations
 
 import gc
@@ -26,7 +27,7 @@ class Square(sg.Function):
         return 2 * x * grad
 
 
-MODEL = '''
+MODEL = """
 import symgrad as sg
 
 @sg.function
@@ -36,7 +37,7 @@ def custom_f(x):
 @sg.function
 def polar(r, t):
     return r * sg.cos(t), r * sg.sin(t)
-'''
+"""
 
 
 @pytest.fixture(scope="module")
@@ -74,7 +75,7 @@ def test_compiled_function_with_two_outputs(model):
     r = sg.tensor([1.0, 2.0], requires_grad=True, dtype=np.float64)
     t = sg.tensor([0.3, -0.4], requires_grad=True, dtype=np.float64)
     x, y = model.polar(r, t)
-    x.sum().backward()       # y unused: its cotangent is zero
+    x.sum().backward()  # y unused: its cotangent is zero
     np.testing.assert_allclose(r.grad.data, np.cos(t.data))
     np.testing.assert_allclose(t.grad.data, -r.data * np.sin(t.data))
 
@@ -101,7 +102,7 @@ def test_gradients_accumulate_and_zero_grad_resets():
 def test_reused_input_and_diamond():
     x = sg.tensor(2.0, requires_grad=True)
     a = x * x
-    y = a * a + a     # x^4 + x^2
+    y = a * a + a  # x^4 + x^2
     y.backward()
     assert x.grad.item() == pytest.approx(4 * 8 + 4)
 
@@ -188,7 +189,7 @@ def test_create_graph_through_shape_ops_gives_hessian_vector_products():
     rng = np.random.default_rng(0)
     x = sg.tensor(rng.normal(size=(3, 2)), requires_grad=True)
     v = rng.normal(size=(3, 2))
-    f = (x @ x.T).sum()                       # f = |sum of rows|^2 -> grad = 2 * colsum broadcast
+    f = (x @ x.T).sum()  # f = |sum of rows|^2 -> grad = 2 * colsum broadcast
     (g,) = sg.grad(f, x, create_graph=True)
     np.testing.assert_allclose(g.data, 2 * np.broadcast_to(x.data.sum(0), (3, 2)))
     (hv,) = sg.grad((g * v).sum(), x)
@@ -211,7 +212,7 @@ def test_create_graph_through_custom_function_backward():
     (g,) = sg.grad(Cube.apply(x), x, create_graph=True)
     assert g.item() == 12 and g.requires_grad
     g.backward()
-    assert x.grad.item() == 12   # d/dx 3x^2 = 6x
+    assert x.grad.item() == 12  # d/dx 3x^2 = 6x
 
 
 def test_double_backward_through_a_compiled_node_is_refused_clearly():

@@ -1,4 +1,5 @@
 """The same programs through symgrad's runtime and PyTorch eager give the same values and gradients."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -18,8 +19,10 @@ def both(f, *arrays):
     seed = RNG.normal(size=out_s.shape)
     out_s.backward(sg.tensor(seed))
     out_t.backward(torch.tensor(seed))
-    return ((out_s.data, [t.grad.data for t in ours]),
-            (out_t.detach().numpy(), [t.grad.numpy() for t in theirs]))
+    return (
+        (out_s.data, [t.grad.data for t in ours]),
+        (out_t.detach().numpy(), [t.grad.numpy() for t in theirs]),
+    )
 
 
 def assert_same(f, *arrays, rtol=1e-10, atol=1e-12):
@@ -35,13 +38,23 @@ def n(*shape):
 
 PROGRAMS = {
     "arith": (lambda t, m: (t[0] * t[1] - t[0] / (t[1] ** 2 + 1.0) + 2.0 * t[0]) ** 2, (3, 4), (4,)),
-    "unary": (lambda t, m: t[0].exp().sin() + t[0].tanh() * t[0].sigmoid() + (t[0] * t[0] + 1).log().sqrt(),
-              (3, 4)),
-    "relu_abs": (lambda t, m: t[0].relu() + t[0].abs() - t[0].softplus() if m is sg else
-                 t[0].relu() + t[0].abs() - torch.nn.functional.softplus(t[0]), (5,)),
+    "unary": (
+        lambda t, m: t[0].exp().sin() + t[0].tanh() * t[0].sigmoid() + (t[0] * t[0] + 1).log().sqrt(),
+        (3, 4),
+    ),
+    "relu_abs": (
+        lambda t, m: (
+            t[0].relu() + t[0].abs() - t[0].softplus()
+            if m is sg
+            else t[0].relu() + t[0].abs() - torch.nn.functional.softplus(t[0])
+        ),
+        (5,),
+    ),
     "matmul": (lambda t, m: (t[0] @ t[1]).tanh() @ t[2], (2, 3, 4), (4, 5), (5,)),
-    "reductions": (lambda t, m: t[0].sum(1, keepdims=True) * t[0].mean(0) + (t[0].max() if m is sg else
-                   t[0].amax()), (3, 4)),
+    "reductions": (
+        lambda t, m: t[0].sum(1, keepdims=True) * t[0].mean(0) + (t[0].max() if m is sg else t[0].amax()),
+        (3, 4),
+    ),
     "indexing": (lambda t, m: t[0][1:, [0, 2, 2]] * t[0][0, :3], (3, 4)),
     "reshape_T": (lambda t, m: t[0].reshape(4, 3).T @ t[0].reshape(3, 4).T, (2, 6)),
 }
@@ -63,8 +76,14 @@ def test_softmax_losses_agree_with_torch():
     logits, labels = n(6, 5), RNG.integers(0, 5, 6)
     F, TF = sg.nn.functional, torch.nn.functional
     for reduction in ("mean", "sum", "none"):
-        assert_same(lambda t, m: F.cross_entropy(t[0], labels, reduction=reduction) if m is sg else
-                    TF.cross_entropy(t[0], torch.tensor(labels), reduction=reduction), logits)
+        assert_same(
+            lambda t, m: (
+                F.cross_entropy(t[0], labels, reduction=reduction)
+                if m is sg
+                else TF.cross_entropy(t[0], torch.tensor(labels), reduction=reduction)
+            ),
+            logits,
+        )
     assert_same(lambda t, m: (F if m is sg else TF).softmax(t[0], dim=1), logits)
     assert_same(lambda t, m: (F if m is sg else TF).log_softmax(t[0], dim=0), logits)
     assert_same(lambda t, m: (F if m is sg else TF).mse_loss(t[0], t[1]), logits, n(6, 5))
@@ -83,6 +102,7 @@ def test_custom_function_agrees_with_torch():
             def backward(ctx, g):
                 (x,) = ctx.saved_tensors
                 return 3 * x * x * g
+
         return Cube
 
     ours, theirs = make(sg.Function), make(torch.autograd.Function)
@@ -94,8 +114,11 @@ def test_second_order_through_matmul_agrees_with_torch():
     results = []
     for m in (sg, torch):
         x = m.tensor(a, requires_grad=True)
-        (g,) = m.autograd.grad((x @ x.T).sum(), x, create_graph=True) if m is torch else \
-            sg.grad((x @ x.T).sum(), x, create_graph=True)
+        (g,) = (
+            m.autograd.grad((x @ x.T).sum(), x, create_graph=True)
+            if m is torch
+            else sg.grad((x @ x.T).sum(), x, create_graph=True)
+        )
         (hv,) = (torch.autograd.grad if m is torch else sg.grad)((g * m.tensor(v)).sum(), x)
         results.append(hv.detach().numpy() if m is torch else hv.data)
     np.testing.assert_allclose(results[0], results[1], rtol=1e-12)

@@ -1,4 +1,5 @@
 """The seed cases of the project, through compiled functions and vjp chaining."""
+
 import numpy as np
 import pytest
 import sympy
@@ -13,7 +14,7 @@ def square(x):
 
 @sg.function
 def square_of_square(x):
-    return square(square(x))          # @sg.function composes symbolically
+    return square(square(x))  # @sg.function composes symbolically
 
 
 @sg.function
@@ -46,8 +47,10 @@ def test_square_of_square_composed(backend):
 
 def test_sin_gradient_is_grad_times_cos(backend):
     x = sympy.Symbol("x", real=True)
-    assert sympy.sympify(sine.derivatives["x"]) == sympy.Symbol("grad", real=True) * sympy.cos(x) or \
-        sine.derivatives["x"] == "grad*cos(x)"
+    assert (
+        sympy.sympify(sine.derivatives["x"]) == sympy.Symbol("grad", real=True) * sympy.cos(x)
+        or sine.derivatives["x"] == "grad*cos(x)"
+    )
     xs = np.linspace(-3, 3, 7)
     g = np.linspace(0.5, 2, 7)
     np.testing.assert_allclose(sine.vjp(xs, g)[0], g * np.cos(xs), rtol=1e-15)
@@ -62,8 +65,8 @@ def test_neo_relu(backend, dtype):
 def test_python_numbers_and_broadcasting(backend):
     (g,) = square.vjp(3.0, 1.0)
     assert g.shape == () and g == 6.0
-    gx, = square.vjp(np.array([1.0, 2.0]), np.ones((4, 2)))
-    np.testing.assert_array_equal(gx, [8.0, 16.0])           # summed over the broadcast axis
+    (gx,) = square.vjp(np.array([1.0, 2.0]), np.ones((4, 2)))
+    np.testing.assert_array_equal(gx, [8.0, 16.0])  # summed over the broadcast axis
 
 
 def test_float32_stays_float32(backend):

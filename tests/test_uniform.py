@@ -1,5 +1,6 @@
 """``@sg.function(uniform=(...))``: scalar arguments that take one number per call, passed to the C kernels by
 value. Reference: the same function without ``uniform``, where the number is broadcast like any argument."""
+
 from __future__ import annotations
 
 import re
@@ -31,7 +32,7 @@ def test_values_and_gradients_match_broadcasting(backend, dtype):
         np.testing.assert_allclose(o, w, **TOL[dtype])
     grads = scaled.vjp(x, 0.7, -0.25, *cots)
     want_grads = scaled_broadcast.vjp(x, 0.7, -0.25, *cots)
-    assert grads[1].shape == () and grads[2].shape == ()          # summed over the batch
+    assert grads[1].shape == () and grads[2].shape == ()  # summed over the batch
     for g, w in zip(grads, want_grads):
         np.testing.assert_allclose(g, w, rtol=TOL[dtype]["rtol"] * 10, atol=TOL[dtype]["atol"] * 10)
     _, J = scaled.value_and_jacobian(x, 0.7, -0.25)
@@ -49,13 +50,14 @@ def test_uniform_takes_numpy_scalars_and_0d_arrays(backend):
 def test_c_kernels_take_uniform_arguments_by_value():
     source = scaled.compiled().source("c")
     assert "const double rate," in source and "const float rate," in source
-    assert not re.search(r"\b(rate|offset)\[i\]", source)          # grad_rate[i] is a result, fine
+    assert not re.search(r"\b(rate|offset)\[i\]", source)  # grad_rate[i] is a result, fine
 
 
 @pytest.mark.parametrize("value, got", [(np.ones(3), "shape (3,)"), (True, "bool"), ("0.5", "str")])
 def test_array_for_a_uniform_argument_is_an_error(backend, value, got):
-    with pytest.raises(ArgumentError, match=re.escape(f"scaled: argument 'rate' is uniform (one number per call); "
-                                                      f"got {got}")):
+    with pytest.raises(
+        ArgumentError, match=re.escape(f"scaled: argument 'rate' is uniform (one number per call); got {got}")
+    ):
         scaled(np.ones(3), value, 0.0)
 
 
@@ -100,8 +102,10 @@ def decay(x, rate):
 def test_tape_rejects_a_same_shape_tensor_for_a_uniform_argument(backend):
     """The tape's fast path (same shapes, the Jacobian recorded) leaves a uniform argument's check to the boundary."""
     x = sg.tensor(np.linspace(0, 1, 4), requires_grad=True)
-    with pytest.raises(ArgumentError, match=re.escape("decay: argument 'rate' is uniform (one number per call); "
-                                                      "got shape (4,)")):
+    with pytest.raises(
+        ArgumentError,
+        match=re.escape("decay: argument 'rate' is uniform (one number per call); got shape (4,)"),
+    ):
         decay(x, sg.tensor(np.full(4, 0.5)))
     y = decay(x, 0.5)
     y.sum().backward()

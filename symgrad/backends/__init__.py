@@ -3,72 +3,16 @@
 The active backend comes from ``sg.set_backend(name)``, else ``$SYMGRAD_BACKEND``, else ``c``. A backend
 that cannot work here (no C compiler) makes symgrad fall back to NumPy with one warning.
 """
+
 from __future__ import annotations
 
-import json
 import os
 import warnings
-from dataclasses import dataclass
-from functools import cached_property
-from pathlib import Path
-from typing import Callable, Protocol
+from collections.abc import Callable
 
-import numpy as np
-
-from ..cache import digest_text
-from ..errors import PackageError
-
-Run = Callable[..., tuple]   # run(inputs, batch, out=None) -> results (written into ``out`` when given)
-
-
-class BackendUnavailable(Exception):
-    """Raised by a backend's ``load`` when it cannot work on this machine (the caller falls back)."""
-
-
-@dataclass(frozen=True)
-class Package:
-    """A compiled package directory and its manifest."""
-
-    path: Path
-
-    @cached_property
-    def manifest(self) -> dict:
-        try:
-            manifest = json.loads((self.path / "manifest.json").read_text())
-            manifest["functions"], manifest["digests"]
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            raise PackageError(f"{self.path} is not a usable symgrad package (manifest.json: {exc}); "
-                               "rerun `symgrad compile` on its model") from None
-        return manifest
-
-    def read(self, emitter: str) -> str:
-        """The text of the file ``emitter`` generated, after checking it against the recorded digest."""
-        filename = self.manifest["files"][emitter]
-        try:
-            text = (self.path / filename).read_text()
-        except (OSError, UnicodeDecodeError) as exc:
-            text, problem = None, str(exc)
-        else:
-            problem = "truncated or edited since it was generated"
-        if text is None or digest_text(text) != self.manifest["digests"].get(filename):
-            raise PackageError(f"{self.path / filename}: {problem}; rerun `symgrad compile` on its model")
-        return text
-
-    def file(self, emitter: str) -> Path:
-        """The path of the file ``emitter`` generated, checked as in ``read``."""
-        self.read(emitter)
-        return self.path / self.manifest["files"][emitter]
-
-
-class KernelSet(Protocol):
-    def program(self, function: str, program: str, dtype: np.dtype) -> Run: ...
-
-
-class Backend(Protocol):
-    name: str
-
-    def load(self, package: Package) -> KernelSet: ...
-
+from symgrad.backends.base import Backend, KernelSet
+from symgrad.build.package import Package
+from symgrad.errors import BackendUnavailable
 
 _FACTORIES: dict[str, Callable[[], Backend]] = {}
 _INSTANCES: dict[str, Backend] = {}
@@ -77,17 +21,22 @@ _warned: set[str] = set()
 
 
 def register_backend(name: str, factory: Callable[[], Backend]) -> None:
+    """Make ``factory()`` (an object with ``load(package) -> KernelSet``) the backend called ``name``."""
     _FACTORIES[name] = factory
 
 
 def _ensure_registered() -> None:
+    """Register the built-in backends on first use (the C one only where cffi imports)."""
     if "numpy" in _FACTORIES:
         return
-    from . import numpy as _numpy  # noqa: F401  (registers 'numpy')
+    from symgrad.backends.numpy import NumPyBackend
+
+    register_backend("numpy", NumPyBackend)
     try:
-        from . import c as _c  # noqa: F401  (registers 'c')
+        from symgrad.backends.c import CBackend
     except ImportError:
-        pass
+        return
+    register_backend("c", CBackend)
 
 
 def available() -> list[str]:
@@ -107,11 +56,13 @@ def get_backend_name() -> str:
     """The chosen backend: ``set_backend``, else ``$SYMGRAD_BACKEND`` (read on first use, like PyTorch's
     environment switches), else 'c' (or 'numpy' without a C backend)."""
     global _chosen
-    if _chosen is None:          # every compiled call asks: resolve the environment once
+    if _chosen is None:  # every compiled call asks: resolve the environment once
         _ensure_registered()
         name = os.environ.get("SYMGRAD_BACKEND") or ("c" if "c" in _FACTORIES else "numpy")
         if name not in _FACTORIES:
-            raise ValueError(f"SYMGRAD_BACKEND={name!r} is not a backend; choose one of {', '.join(available())}")
+            raise ValueError(
+                f"SYMGRAD_BACKEND={name!r} is not a backend; choose one of {', '.join(available())}"
+            )
         _chosen = name
     return _chosen
 
@@ -137,6 +88,9 @@ def load_kernels(package: Package, name: str) -> tuple[str, KernelSet]:
             raise
         if name not in _warned:
             _warned.add(name)
-            warnings.warn(f"symgrad: the {name} backend is unavailable ({exc}); using the numpy backend.",
-                          RuntimeWarning, stacklevel=3)
+            warnings.warn(
+                f"symgrad: the {name} backend is unavailable ({exc}); using the numpy backend.",
+                RuntimeWarning,
+                stacklevel=3,
+            )
         return "numpy", backend("numpy").load(package)

@@ -1,4 +1,5 @@
 """The NumPy backend: imports the package's generated ``kernels_numpy.py`` from its real file."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -6,7 +7,8 @@ import sys
 
 import numpy as np
 
-from . import Package, Run, register_backend
+from symgrad import abi
+from symgrad.backends.base import Package, Run
 
 
 class NumPyKernels:
@@ -19,11 +21,13 @@ class NumPyKernels:
             spec.loader.exec_module(module)
             sys.modules[name] = module
         self.module = module
-        self.shapes = {f["ident"]: {p: [tuple(s["shape"]) for s in v["outputs"]]
-                                   for p, v in f["programs"].items()} for f in package.manifest["functions"]}
+        self.shapes = {
+            f["ident"]: {p: [tuple(s["shape"]) for s in v["outputs"]] for p, v in f["programs"].items()}
+            for f in package.manifest["functions"]
+        }
 
     def program(self, function: str, program: str, dtype: np.dtype) -> Run:
-        fn = getattr(self.module, f"{function}__{program}")
+        fn = getattr(self.module, abi.kernel_symbol(function, program))
         shapes = self.shapes[function][program]
 
         def run(inputs: tuple, batch: tuple, out: tuple | None = None) -> tuple:
@@ -34,8 +38,12 @@ class NumPyKernels:
                 if out is not None:
                     np.copyto(out[k], np.broadcast_to(r, full), casting="unsafe")
                     r = out[k]
-                elif type(r) is not np.ndarray or r.dtype != dtype or r.shape != full or \
-                        any(np.may_share_memory(r, a) for a in (*inputs, *fixed)):
+                elif (
+                    type(r) is not np.ndarray
+                    or r.dtype != dtype
+                    or r.shape != full
+                    or any(np.may_share_memory(r, a) for a in (*inputs, *fixed))
+                ):
                     r = np.array(np.broadcast_to(r, full), dtype=dtype)
                 fixed.append(r)
             return tuple(fixed)
@@ -48,6 +56,3 @@ class NumPyBackend:
 
     def load(self, package: Package) -> NumPyKernels:
         return NumPyKernels(package)
-
-
-register_backend("numpy", NumPyBackend)

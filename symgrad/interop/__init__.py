@@ -8,6 +8,7 @@
 Both run the same compiled forward and vjp kernels as ``CompiledFunction.forward`` / ``.vjp`` (the
 active symgrad backend, C by default). Neither framework is imported until its entry point is used.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -15,13 +16,15 @@ from typing import Any
 
 def to_torch(fn: Any, **options: Any) -> Any:
     """``symgrad.interop.torch.to_torch`` (imports PyTorch)."""
-    from .torch import to_torch as impl
+    from symgrad.interop.torch import to_torch as impl
+
     return impl(fn, **options)
 
 
 def to_jax(fn: Any, **options: Any) -> Any:
     """``symgrad.interop.jax.to_jax`` (imports JAX)."""
-    from .jax import to_jax as impl
+    from symgrad.interop.jax import to_jax as impl
+
     return impl(fn, **options)
 
 

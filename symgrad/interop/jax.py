@@ -21,6 +21,7 @@ Python numbers are weak, and without ``jax_enable_x64`` everything is float32), 
 float64. They broadcast like the compiled function (per-element shapes are trailing axes); the gradient
 of a broadcast argument is summed back to its shape (in JAX, after the callback).
 """
+
 from __future__ import annotations
 
 from functools import partial
@@ -30,13 +31,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..errors import ArgumentError
+from symgrad.abi import FLOAT_DTYPES
+from symgrad.errors import ArgumentError
 
-_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
-_CACHE: dict[int, tuple[Any, "JaxFunction"]] = {}
+_CACHE: dict[int, tuple[Any, JaxFunction]] = {}
 
 
-def to_jax(fn: Any) -> "JaxFunction":
+def to_jax(fn: Any) -> JaxFunction:
     """``fn`` (a ``CompiledFunction``) as a JAX-differentiable function; repeated calls give the same object."""
     hit = _CACHE.get(id(fn))
     if hit is not None and hit[0] is fn:
@@ -74,7 +75,7 @@ class JaxFunction:
 
     def _batch(self, shapes: tuple) -> tuple:
         fn = self.fn
-        return tuple(np.broadcast_shapes(*(s[:len(s) - len(t)] for s, t in zip(shapes, fn.arg_shapes))))
+        return tuple(np.broadcast_shapes(*(s[: len(s) - len(t)] for s, t in zip(shapes, fn.arg_shapes))))
 
     # -- the custom_vjp core: every argument has the same batch rank and the same dtype ---------------------
     def _use_jacobian(self, shapes: tuple) -> bool:
@@ -89,8 +90,13 @@ class JaxFunction:
 
     def _make_core(self) -> Any:
         fn, n_args, n_out = self.fn, self._n_args, self._n_out
-        self._jac_ok = (all(s == () for s in fn.arg_shapes + fn.out_shapes) and n_out == 1
-                        and n_args <= 2 and all(fn.arg_diff) and "value_and_jacobian" in fn._entry.get("programs", ()))
+        self._jac_ok = (
+            all(s == () for s in fn.arg_shapes + fn.out_shapes)
+            and n_out == 1
+            and n_args <= 2
+            and all(fn.arg_diff)
+            and "value_and_jacobian" in fn._entry.get("programs", ())
+        )
 
         def out_structs(args: tuple) -> tuple:
             batch = self._batch(tuple(a.shape for a in args))
@@ -108,8 +114,11 @@ class JaxFunction:
             # with a leading 1 while its per-example gradient must keep the batch axis; JAX sums afterwards.
             arrays = [np.asarray(a) for a in arrays]
             args = arrays[:n_args]
-            batch = tuple(np.broadcast_shapes(*(a.shape[:a.ndim - len(t)] for a, t in
-                                                zip(arrays, fn.arg_shapes + fn.out_shapes))))
+            batch = tuple(
+                np.broadcast_shapes(
+                    *(a.shape[: a.ndim - len(t)] for a, t in zip(arrays, fn.arg_shapes + fn.out_shapes))
+                )
+            )
             full = [np.broadcast_to(a, batch + t) for a, t in zip(args, fn.arg_shapes)]
             grads = fn.vjp(*full, *arrays[n_args:])
             # custom_vjp wants a cotangent for every argument: zero for a nondiff one
@@ -125,16 +134,20 @@ class JaxFunction:
 
         def core_fwd(shapes: tuple, *args: jax.Array) -> tuple:
             if not self._use_jacobian(shapes):
-                return call_forward(args), args           # residuals: the inputs only
+                return call_forward(args), args  # residuals: the inputs only
             structs = out_structs(args)
             jac = jax.ShapeDtypeStruct(structs[0].shape + (n_out, n_args), args[0].dtype)
-            *outs, jac = jax.pure_callback(jacobian_callback, (*structs, jac), *args, vmap_method="expand_dims")
-            return tuple(outs), jac                       # residuals: the Jacobian only
+            *outs, jac = jax.pure_callback(
+                jacobian_callback, (*structs, jac), *args, vmap_method="expand_dims"
+            )
+            return tuple(outs), jac  # residuals: the Jacobian only
 
         def core_bwd(shapes: tuple, res: Any, cotangents: tuple) -> tuple:
             if self._use_jacobian(shapes):
                 jac = res
-                grads = tuple(sum(c * jac[..., j, i] for j, c in enumerate(cotangents)) for i in range(n_args))
+                grads = tuple(
+                    sum(c * jac[..., j, i] for j, c in enumerate(cotangents)) for i in range(n_args)
+                )
                 return tuple(_sum_to(g, s) for g, s in zip(grads, shapes))
             args = res
             batch = self._batch(shapes)
@@ -151,48 +164,59 @@ class JaxFunction:
     def _prepare(self, args: tuple) -> list:
         fn = self.fn
         if len(args) != self._n_args:
-            raise ArgumentError(f"{fn.name}() takes {self._n_args} argument(s) ({', '.join(fn.arg_names)}); "
-                                f"got {len(args)}")
+            raise ArgumentError(
+                f"{fn.name}() takes {self._n_args} argument(s) ({', '.join(fn.arg_names)}); got {len(args)}"
+            )
         arrays = []
         for value, name, tail in zip(args, fn.arg_names, fn.arg_shapes):
             number = isinstance(value, (int, float)) and not isinstance(value, bool)
-            if not number and not (hasattr(value, "shape") and hasattr(value, "dtype")):   # arrays, tracers
-                raise ArgumentError(f"{fn.name}: argument '{name}' must be an array or a Python number, "
-                                    f"not {type(value).__name__}")
+            if not number and not (hasattr(value, "shape") and hasattr(value, "dtype")):  # arrays, tracers
+                raise ArgumentError(
+                    f"{fn.name}: argument '{name}' must be an array or a Python number, "
+                    f"not {type(value).__name__}"
+                )
             if number:
                 if tail:
-                    raise ArgumentError(f"{fn.name}: argument '{name}' must have trailing shape {tail}, "
-                                        "got a Python number")
+                    raise ArgumentError(
+                        f"{fn.name}: argument '{name}' must have trailing shape {tail}, got a Python number"
+                    )
             else:
                 dtype = np.dtype(value.dtype)
                 if dtype.kind != "f":
-                    raise ArgumentError(f"{fn.name}: argument '{name}' has dtype {dtype}; expected float32 or "
-                                        "float64")
+                    raise ArgumentError(
+                        f"{fn.name}: argument '{name}' has dtype {dtype}; expected float32 or float64"
+                    )
                 shape = tuple(value.shape)
-                if tail and (len(shape) < len(tail) or shape[len(shape) - len(tail):] != tail):
-                    raise ArgumentError(f"{fn.name}: argument '{name}' must have trailing shape {tail} "
-                                        f"(per-element), got shape {shape}")
+                if tail and (len(shape) < len(tail) or shape[len(shape) - len(tail) :] != tail):
+                    raise ArgumentError(
+                        f"{fn.name}: argument '{name}' must have trailing shape {tail} "
+                        f"(per-element), got shape {shape}"
+                    )
             arrays.append(value)
         dtype = np.dtype(jnp.result_type(*arrays))
-        if dtype not in _FLOATS:
-            if dtype.kind in "iub":                 # only Python numbers: JAX's default float
+        if dtype not in FLOAT_DTYPES:
+            if dtype.kind in "iub":  # only Python numbers: JAX's default float
                 dtype = np.dtype(jnp.result_type(float))
             else:
-                raise ArgumentError(f"{fn.name}: arguments have dtype {dtype}; the compiled kernels take "
-                                    "float32 or float64")
+                raise ArgumentError(
+                    f"{fn.name}: arguments have dtype {dtype}; the compiled kernels take float32 or float64"
+                )
         arrays = [jnp.asarray(a, dtype) for a in arrays]
         shapes = tuple(a.shape for a in arrays)
         try:
             self._batch(shapes)
         except ValueError:
-            described = ", ".join(f"'{n}' {s[:len(s) - len(t)]}" for n, s, t in
-                                  zip(fn.arg_names, shapes, fn.arg_shapes))
+            described = ", ".join(
+                f"'{n}' {s[: len(s) - len(t)]}" for n, s, t in zip(fn.arg_names, shapes, fn.arg_shapes)
+            )
             raise ArgumentError(f"{fn.name}: argument batch shapes do not broadcast: {described}") from None
         # Same batch rank for every argument (leading 1s; a free reshape): under vmap the batched axis goes in
         # front of each argument, and it only lines up across arguments of the same rank.
         rank = self._batch_rank(shapes)
-        return [a.reshape((1,) * (rank - (a.ndim - len(t))) + a.shape) if a.ndim - len(t) < rank else a
-                for a, t in zip(arrays, fn.arg_shapes)]
+        return [
+            a.reshape((1,) * (rank - (a.ndim - len(t))) + a.shape) if a.ndim - len(t) < rank else a
+            for a, t in zip(arrays, fn.arg_shapes)
+        ]
 
     def __call__(self, *args: Any) -> Any:
         args = self._prepare(args)

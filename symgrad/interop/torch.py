@@ -33,6 +33,7 @@ cast by an ordinary, differentiable ``Tensor.to``. CUDA (or other non-CPU) tenso
 the kernels are CPU code. Double backward raises a clear error (the kernels are first order). No forward-mode
 AD (``torch.func.jvp``/``jacfwd``).
 """
+
 from __future__ import annotations
 
 import keyword
@@ -43,14 +44,14 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..errors import ArgumentError
+from symgrad.errors import ArgumentError
 
 _FLOATS = (torch.float32, torch.float64)
 _LOCK = threading.Lock()
 #: op name -> the CompiledFunction its kernels currently come from (two loads of one package share an op).
 _BOUND: dict[str, Any] = {}
 #: (op name, implementation) -> TorchFunction
-_CACHE: dict[tuple[str, str], "TorchFunction"] = {}
+_CACHE: dict[tuple[str, str], TorchFunction] = {}
 #: qualified op name -> (forward op, vjp op); torch.library cannot define a name twice in a process
 _OPS: dict[str, tuple] = {}
 
@@ -60,7 +61,7 @@ def has_custom_op() -> bool:
     return hasattr(torch.library, "custom_op") and hasattr(torch.library, "register_autograd")
 
 
-def to_torch(fn: Any, *, implementation: str = "auto") -> "TorchFunction":
+def to_torch(fn: Any, *, implementation: str = "auto") -> TorchFunction:
     """``fn`` (a ``CompiledFunction``) as a differentiable PyTorch callable.
 
     ``implementation``: ``"auto"`` (custom ops when traced or transformed, ``autograd.Function`` in plain
@@ -69,11 +70,14 @@ def to_torch(fn: Any, *, implementation: str = "auto") -> "TorchFunction":
     if implementation == "auto" and not has_custom_op():
         implementation = "function"
     if implementation not in ("auto", "custom_op", "function"):
-        raise ValueError(f"{fn.name}: implementation must be 'auto', 'custom_op' or 'function', "
-                         f"not {implementation!r}")
+        raise ValueError(
+            f"{fn.name}: implementation must be 'auto', 'custom_op' or 'function', not {implementation!r}"
+        )
     if implementation == "custom_op" and not has_custom_op():
-        raise RuntimeError(f"{fn.name}: torch {torch.__version__} has no torch.library.custom_op "
-                           "(PyTorch 2.4+); use implementation='function'")
+        raise RuntimeError(
+            f"{fn.name}: torch {torch.__version__} has no torch.library.custom_op "
+            "(PyTorch 2.4+); use implementation='function'"
+        )
     op_name = _op_name(fn)
     with _LOCK:
         _BOUND[op_name] = fn
@@ -93,8 +97,14 @@ def _op_name(fn: Any) -> str:
 def _schema_names(names: tuple[str, ...]) -> list[str]:
     out, seen = [], set()
     for i, n in enumerate(names):
-        n = n if n.isidentifier() and not keyword.iskeyword(n) and n not in ("self", "out") \
-            and not n.startswith("_") else f"arg{i}"
+        n = (
+            n
+            if n.isidentifier()
+            and not keyword.iskeyword(n)
+            and n not in ("self", "out")
+            and not n.startswith("_")
+            else f"arg{i}"
+        )
         while n in seen:
             n = f"{n}_{i}"
         seen.add(n)
@@ -108,14 +118,14 @@ def _returns(n: int) -> str:
 
 def _np(t: torch.Tensor) -> np.ndarray:
     """A NumPy view of a CPU tensor's memory (no copy for ordinary CPU tensors)."""
-    return t.numpy(force=True)          # = detach().cpu().resolve_conj().resolve_neg(): all no-ops here
+    return t.numpy(force=True)  # = detach().cpu().resolve_conj().resolve_neg(): all no-ops here
 
 
 def _from_np(a: Any, dtype: np.dtype | None = None) -> torch.Tensor:
     a = np.asarray(a)
     if dtype is not None and a.dtype != dtype:
         a = a.astype(dtype)
-    if not a.flags.writeable:           # torch.from_numpy warns on read-only memory
+    if not a.flags.writeable:  # torch.from_numpy warns on read-only memory
         a = a.copy()
     return torch.from_numpy(a)
 
@@ -147,8 +157,9 @@ _functorch_active = getattr(torch._C, "_are_functorch_transforms_active", lambda
 _dispatch_modes = getattr(torch._C, "_len_torch_dispatch_stack", lambda: 0)
 
 
-_functorch_wrapped = getattr(getattr(torch._C, "_functorch", None), "is_functorch_wrapped_tensor",
-                             lambda t: False)
+_functorch_wrapped = getattr(
+    getattr(torch._C, "_functorch", None), "is_functorch_wrapped_tensor", lambda t: False
+)
 
 
 def _plain_eager(tensors: list) -> bool:
@@ -168,12 +179,12 @@ def _raw_apply(function: type) -> Any:
     eager path calls it only when ``_plain_eager`` holds and no transform is active (~1.6 us a call)."""
     try:
         return super(torch.autograd.Function, function).apply
-    except AttributeError:                  # a PyTorch without the C-level apply: the public one
+    except AttributeError:  # a PyTorch without the C-level apply: the public one
         return function.apply
 
 
 def _batch(shape: Any, tail: tuple) -> tuple:
-    return tuple(shape)[:len(shape) - len(tail)]
+    return tuple(shape)[: len(shape) - len(tail)]
 
 
 class TorchFunction:
@@ -193,8 +204,9 @@ class TorchFunction:
         self._jac_ok = fn.jacobian_saving
         self.op = self.vjp_op = self.function = self.func_function = None
         if implementation in ("auto", "custom_op"):
-            self.op, self.vjp_op, self.func_function = _make_custom_ops(op_name, fn.arg_names, fn.arg_shapes,
-                                                                        fn.out_shapes)
+            self.op, self.vjp_op, self.func_function = _make_custom_ops(
+                op_name, fn.arg_names, fn.arg_shapes, fn.out_shapes
+            )
         if implementation in ("auto", "function"):
             self.function = _make_autograd_function(op_name, n_args, n_out)
             self._eager_apply = _raw_apply(self.function)
@@ -206,8 +218,10 @@ class TorchFunction:
             self._apply_compiling = disable(self.function.apply) if disable else self.function.apply
 
     def __repr__(self) -> str:
-        return (f"<symgrad torch op {self.name}({', '.join(self.arg_names)}) [{self.implementation}: "
-                f"symgrad::{self.op_name}] from {self.fn.origin}>")
+        return (
+            f"<symgrad torch op {self.name}({', '.join(self.arg_names)}) [{self.implementation}: "
+            f"symgrad::{self.op_name}] from {self.fn.origin}>"
+        )
 
     def _use_jacobian(self, tensors: list) -> bool:
         """Forward with the Jacobian (backward = grad * J, no recomputation) when a gradient will be needed,
@@ -230,13 +244,16 @@ class TorchFunction:
                 if self._n_args == 1:
                     return [first]
                 dtype, shape = first.dtype, first.shape
-                if all(type(a) in _PLAIN and a.dtype == dtype and a.shape == shape and a.device.type == "cpu"
-                       for a in args):
+                if all(
+                    type(a) in _PLAIN and a.dtype == dtype and a.shape == shape and a.device.type == "cpu"
+                    for a in args
+                ):
                     return list(args)
         fn = self.fn
         if len(args) != self._n_args:
-            raise ArgumentError(f"{fn.name}() takes {self._n_args} argument(s) ({', '.join(fn.arg_names)}); "
-                                f"got {len(args)}")
+            raise ArgumentError(
+                f"{fn.name}() takes {self._n_args} argument(s) ({', '.join(fn.arg_names)}); got {len(args)}"
+            )
         tensors: list[Any] = []
         dtype = None
         for value, name, tail in zip(args, fn.arg_names, fn.arg_shapes):
@@ -246,32 +263,48 @@ class TorchFunction:
                 if value.device.type not in ("cpu", "meta"):
                     raise ArgumentError(
                         f"{fn.name}: argument '{name}' is on {value.device}; symgrad's compiled kernels run on "
-                        f"the CPU. Move it there first ({name}.cpu()) and the result back with .to(device)")
+                        f"the CPU. Move it there first ({name}.cpu()) and the result back with .to(device)"
+                    )
                 if value.dtype not in _FLOATS:
-                    raise ArgumentError(f"{fn.name}: argument '{name}' has dtype {value.dtype}; expected "
-                                        "torch.float32 or torch.float64")
-                if tail and (value.dim() < len(tail) or tuple(value.shape[value.dim() - len(tail):]) != tail):
-                    raise ArgumentError(f"{fn.name}: argument '{name}' must have trailing shape {tail} "
-                                        f"(per-element), got shape {tuple(value.shape)}")
+                    raise ArgumentError(
+                        f"{fn.name}: argument '{name}' has dtype {value.dtype}; expected "
+                        "torch.float32 or torch.float64"
+                    )
+                if tail and (
+                    value.dim() < len(tail) or tuple(value.shape[value.dim() - len(tail) :]) != tail
+                ):
+                    raise ArgumentError(
+                        f"{fn.name}: argument '{name}' must have trailing shape {tail} "
+                        f"(per-element), got shape {tuple(value.shape)}"
+                    )
                 dtype = value.dtype if dtype is None else torch.promote_types(dtype, value.dtype)
             elif isinstance(value, (int, float)) and not isinstance(value, bool):
                 if tail:
-                    raise ArgumentError(f"{fn.name}: argument '{name}' must have trailing shape {tail}, "
-                                        "got a Python number")
+                    raise ArgumentError(
+                        f"{fn.name}: argument '{name}' must have trailing shape {tail}, got a Python number"
+                    )
             else:
-                raise ArgumentError(f"{fn.name}: argument '{name}' must be a torch.Tensor or a Python number, "
-                                    f"not {type(value).__name__}")
+                raise ArgumentError(
+                    f"{fn.name}: argument '{name}' must be a torch.Tensor or a Python number, "
+                    f"not {type(value).__name__}"
+                )
             tensors.append(value)
         if dtype is None:
             dtype = torch.get_default_dtype()
             dtype = dtype if dtype in _FLOATS else torch.float32
         device = next((t.device for t in tensors if isinstance(t, torch.Tensor)), torch.device("cpu"))
-        tensors = [t.to(dtype) if isinstance(t, torch.Tensor) and t.dtype != dtype else
-                   t if isinstance(t, torch.Tensor) else torch.tensor(float(t), dtype=dtype, device=device)
-                   for t in tensors]
+        tensors = [
+            t.to(dtype)
+            if isinstance(t, torch.Tensor) and t.dtype != dtype
+            else t
+            if isinstance(t, torch.Tensor)
+            else torch.tensor(float(t), dtype=dtype, device=device)
+            for t in tensors
+        ]
         if len(tensors) > 1 and not _broadcasts([_batch(t.shape, s) for t, s in zip(tensors, fn.arg_shapes)]):
-            described = ", ".join(f"'{n}' {tuple(_batch(t.shape, s))}"
-                                  for n, t, s in zip(fn.arg_names, tensors, fn.arg_shapes))
+            described = ", ".join(
+                f"'{n}' {tuple(_batch(t.shape, s))}" for n, t, s in zip(fn.arg_names, tensors, fn.arg_shapes)
+            )
             raise ArgumentError(f"{fn.name}: argument batch shapes do not broadcast: {described}")
         return tensors
 
@@ -299,7 +332,7 @@ class TorchFunction:
 def _make_custom_ops(op_name: str, arg_names: tuple, arg_shapes: tuple, out_shapes: tuple) -> tuple:
     """(forward op, vjp op, autograd.Function for torch.func transforms), defined once per process."""
     qualified = f"symgrad::{op_name}"
-    if qualified in _OPS:           # a second load of the same package (same hash): same kernels
+    if qualified in _OPS:  # a second load of the same package (same hash): same kernels
         return _OPS[qualified]
     n_args, n_out = len(arg_names), len(out_shapes)
     names = _schema_names(arg_names)
@@ -316,13 +349,17 @@ def _make_custom_ops(op_name: str, arg_names: tuple, arg_shapes: tuple, out_shap
         inputs = tensors[:n_args]
         grads = _BOUND[op_name].vjp(*(_np(t) for t in tensors))
         # a nondiff argument's gradient is zero: the op's schema returns one tensor per argument
-        results = tuple(torch.zeros_like(t) if g is None else _grad_tensor(g, t) for g, t in zip(grads, inputs))
+        results = tuple(
+            torch.zeros_like(t) if g is None else _grad_tensor(g, t) for g, t in zip(grads, inputs)
+        )
         return results if n_args > 1 else results[0]
 
-    op = torch.library.custom_op(qualified, forward_impl, mutates_args=(), device_types="cpu",
-                                 schema=fwd_schema)
-    vjp_op = torch.library.custom_op(f"{qualified}_vjp", vjp_impl, mutates_args=(), device_types="cpu",
-                                     schema=vjp_schema)
+    op = torch.library.custom_op(
+        qualified, forward_impl, mutates_args=(), device_types="cpu", schema=fwd_schema
+    )
+    vjp_op = torch.library.custom_op(
+        f"{qualified}_vjp", vjp_impl, mutates_args=(), device_types="cpu", schema=vjp_schema
+    )
 
     def forward_fake(*tensors: torch.Tensor) -> Any:
         dtype = tensors[0].dtype
@@ -340,12 +377,12 @@ def _make_custom_ops(op_name: str, arg_names: tuple, arg_shapes: tuple, out_shap
     vjp_op.register_fake(vjp_fake)
 
     def save_inputs(ctx: Any, inputs: tuple, output: Any) -> None:
-        ctx.save_for_backward(*inputs)        # the vjp needs the inputs only, never the outputs
+        ctx.save_for_backward(*inputs)  # the vjp needs the inputs only, never the outputs
 
     def cotangents(inputs: tuple, grads: tuple) -> list:
         if all(g is not None for g in grads):
             return list(grads)
-        like = forward_fake(*inputs)          # an output that did not reach the loss: zeros of its shape
+        like = forward_fake(*inputs)  # an output that did not reach the loss: zeros of its shape
         like = like if n_out > 1 else (like,)
         return [g if g is not None else torch.zeros_like(o) for g, o in zip(grads, like)]
 
@@ -358,9 +395,11 @@ def _make_custom_ops(op_name: str, arg_names: tuple, arg_shapes: tuple, out_shap
         return tuple(r if need else None for r, need in zip(results, ctx.needs_input_grad))
 
     def refuse_double_backward(ctx: Any, *grads: Any) -> tuple:
-        raise RuntimeError(f"double backward through the compiled symgrad function '{_BOUND[op_name].name}' "
-                           "is not supported: its vjp kernel is first order. Differentiate once, or write the "
-                           "derivative you need as its own @sg.function and compile it.")
+        raise RuntimeError(
+            f"double backward through the compiled symgrad function '{_BOUND[op_name].name}' "
+            "is not supported: its vjp kernel is first order. Differentiate once, or write the "
+            "derivative you need as its own @sg.function and compile it."
+        )
 
     op.register_autograd(backward, setup_context=save_inputs)
     vjp_op.register_autograd(refuse_double_backward, setup_context=lambda ctx, inputs, output: None)
@@ -373,8 +412,9 @@ def _make_custom_ops(op_name: str, arg_names: tuple, arg_shapes: tuple, out_shap
     # torch.func transforms: PyTorch's autograd for custom ops refuses torch.func.grad, so under a transform
     # the call goes through new-style autograd.Functions (setup_context, vmap) wrapping the same two ops.
     label = "".join(p.capitalize() for p in op_name.split("_")[:-1]) or op_name
-    vjp_function = _functorch_function(f"{label}SymgradVjp", vjp_op, refuse_double_backward, vjp_vmap,
-                                       save=False)
+    vjp_function = _functorch_function(
+        f"{label}SymgradVjp", vjp_op, refuse_double_backward, vjp_vmap, save=False
+    )
 
     def functorch_backward(ctx: Any, *grads: Any) -> tuple:
         inputs = ctx.saved_tensors
@@ -389,6 +429,7 @@ def _make_custom_ops(op_name: str, arg_names: tuple, arg_shapes: tuple, out_shap
 
 def _functorch_function(name: str, call: Any, backward: Any, vmap_rule: Any, save: bool) -> type:
     """A new-style autograd.Function around a custom op, usable under torch.func transforms."""
+
     def forward(*tensors: torch.Tensor) -> Any:
         return call(*tensors)
 
@@ -399,9 +440,17 @@ def _functorch_function(name: str, call: Any, backward: Any, vmap_rule: Any, sav
     def vmap(info: Any, in_dims: tuple, *tensors: torch.Tensor) -> tuple:
         return vmap_rule(cls.apply, info, in_dims, tensors)
 
-    cls = type(name, (torch.autograd.Function,),
-               {"forward": staticmethod(forward), "setup_context": staticmethod(setup_context),
-                "backward": staticmethod(backward), "vmap": staticmethod(vmap), "__module__": __name__})
+    cls = type(
+        name,
+        (torch.autograd.Function,),
+        {
+            "forward": staticmethod(forward),
+            "setup_context": staticmethod(setup_context),
+            "backward": staticmethod(backward),
+            "vmap": staticmethod(vmap),
+            "__module__": __name__,
+        },
+    )
     return cls
 
 
@@ -467,13 +516,14 @@ def _make_autograd_function(op_name: str, n_args: int, n_out: int) -> type:
     backward is then ``grad * J`` (summed back to broadcast shapes): the forward program is not recomputed.
     Old-style ``forward(ctx, ...)``: no per-call signature binding (new-style ``setup_context`` costs an
     ``inspect.signature`` per call); ``torch.func`` transforms use the custom ops instead."""
+
     def forward(ctx: Any, jac: bool, *tensors: torch.Tensor) -> Any:
         fn = _BOUND[op_name]
-        arrays = [t.numpy(force=True) for t in tensors]     # views of the tensors' memory (see _np)
-        if jac:                                           # one output (see _use_jacobian)
-            results = fn._run_same_shape("value_and_jacobian", arrays)     # same shapes: straight to the kernel
+        arrays = [t.numpy(force=True) for t in tensors]  # views of the tensors' memory (see _np)
+        if jac:  # one output (see _use_jacobian)
+            results = fn._run_same_shape("value_and_jacobian", arrays)  # same shapes: straight to the kernel
             if results is None:
-                out, jacobian = fn.value_and_jacobian(*arrays)      # J: batch + (1, n_args)
+                out, jacobian = fn.value_and_jacobian(*arrays)  # J: batch + (1, n_args)
                 out = out[0] if fn.returns_tuple else out
             else:
                 out, jacobian = results
@@ -481,7 +531,7 @@ def _make_autograd_function(op_name: str, n_args: int, n_out: int) -> type:
             ctx.shapes = [t.shape for t in tensors]
             return _from_np(out)
         ctx.jac = None
-        ctx.save_for_backward(*tensors)                   # the vjp needs the inputs only, never the outputs
+        ctx.save_for_backward(*tensors)  # the vjp needs the inputs only, never the outputs
         outs = fn.forward(*arrays)
         if n_out == 1:
             return _from_np(outs[0])
@@ -491,8 +541,10 @@ def _make_autograd_function(op_name: str, n_args: int, n_out: int) -> type:
         needs = ctx.needs_input_grad
         jac = ctx.jac
         if jac is not None:
-            results = [_jacobian_grad(jac[i], grads[0], shape) if needs[i + 1] else None
-                       for i, shape in enumerate(ctx.shapes)]
+            results = [
+                _jacobian_grad(jac[i], grads[0], shape) if needs[i + 1] else None
+                for i, shape in enumerate(ctx.shapes)
+            ]
             anchors: tuple = ()
         elif not any(needs):
             return (None,) * (n_args + 1)
@@ -500,19 +552,26 @@ def _make_autograd_function(op_name: str, n_args: int, n_out: int) -> type:
             inputs = ctx.saved_tensors
             cots = [_np(g) if g is not None else 0.0 for g in grads]
             results = _BOUND[op_name].vjp(*(_np(t) for t in inputs), *cots)
-            results = [_grad_tensor(r, t) if need and r is not None else None
-                       for r, t, need in zip(results, inputs, needs[1:])]
+            results = [
+                _grad_tensor(r, t) if need and r is not None else None
+                for r, t, need in zip(results, inputs, needs[1:])
+            ]
             anchors = inputs
-        if torch.is_grad_enabled():               # create_graph=True: a second differentiation must fail
+        if torch.is_grad_enabled():  # create_graph=True: a second differentiation must fail
             with torch.enable_grad():
                 anchor = torch.empty(0, requires_grad=True)
-                results = [None if r is None else _FirstOrder.apply(_BOUND[op_name].name, r, anchor, *anchors)
-                           for r in results]
+                results = [
+                    None if r is None else _FirstOrder.apply(_BOUND[op_name].name, r, anchor, *anchors)
+                    for r in results
+                ]
         return (None, *results)
 
     name = "".join(p.capitalize() for p in op_name.split("_")[:-1]) or op_name
-    return type(f"{name}SymgradFunction", (torch.autograd.Function,),
-                {"forward": staticmethod(forward), "backward": staticmethod(backward), "__module__": __name__})
+    return type(
+        f"{name}SymgradFunction",
+        (torch.autograd.Function,),
+        {"forward": staticmethod(forward), "backward": staticmethod(backward), "__module__": __name__},
+    )
 
 
 def _jacobian_grad(column: torch.Tensor, grad: torch.Tensor | None, shape: torch.Size) -> torch.Tensor:
@@ -533,9 +592,11 @@ class _FirstOrder(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx: Any, *grads: Any) -> tuple:
-        raise RuntimeError(f"double backward through the compiled symgrad function '{ctx.name}' is not "
-                           "supported: its vjp kernel is first order. Differentiate once, or write the "
-                           "derivative you need as its own @sg.function and compile it.")
+        raise RuntimeError(
+            f"double backward through the compiled symgrad function '{ctx.name}' is not "
+            "supported: its vjp kernel is first order. Differentiate once, or write the "
+            "derivative you need as its own @sg.function and compile it."
+        )
 
 
 __all__ = ["to_torch", "TorchFunction", "has_custom_op"]

@@ -3,15 +3,16 @@
 ``linear`` and ``cross_entropy`` are one tape node each with an explicit rule; the rest compose Tensor ops
 (whose elementwise parts are compiled primitives).
 """
+
 from __future__ import annotations
 
 from typing import Any
 
 import numpy as np
 
-from ..runtime.autograd import Node
-from ..runtime.shape_ops import _record, _tracked, matmul, permute, reduce_sum, reshape
-from ..runtime.tensor import Tensor, _result
+from symgrad.runtime.autograd import Node
+from symgrad.runtime.shape_ops import _record, _tracked, matmul, permute, reduce_sum, reshape
+from symgrad.runtime.tensor import Tensor, _result
 
 
 def relu(x: Tensor) -> Tensor:
@@ -73,8 +74,10 @@ def cross_entropy(input: Tensor, target: Any, reduction: str = "mean") -> Tensor
     logits = input.data
     labels = np.asarray(target.data if isinstance(target, Tensor) else target)
     if logits.ndim != 2 or labels.shape != logits.shape[:1] or labels.dtype.kind not in "iu":
-        raise ValueError(f"cross_entropy expects logits of shape (N, C) and integer class indices of shape "
-                         f"(N,); got {logits.shape} and {labels.shape} {labels.dtype}")
+        raise ValueError(
+            f"cross_entropy expects logits of shape (N, C) and integer class indices of shape "
+            f"(N,); got {logits.shape} and {labels.shape} {labels.dtype}"
+        )
     if reduction not in ("mean", "sum", "none"):
         raise ValueError(f"{reduction} is not a valid value for reduction")
     rows = np.arange(len(labels))
@@ -86,7 +89,9 @@ def cross_entropy(input: Tensor, target: Any, reduction: str = "mean") -> Tensor
     if _tracked(input) is None:
         return _result(out)
     exp /= total
-    return _record(out, _cross_entropy_backward, (input,), (exp, input), (labels, reduction), "NllLossBackward")
+    return _record(
+        out, _cross_entropy_backward, (input,), (exp, input), (labels, reduction), "NllLossBackward"
+    )
 
 
 def _cross_entropy_backward(node: Node, grads: list, graph: bool) -> tuple:

@@ -1,23 +1,27 @@
 """Layers: ``Linear`` (torch's default init), ``Sequential`` and activation modules."""
+
 from __future__ import annotations
 
 import math
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 
-from ..runtime.compiled_node import apply_compiled
-from ..runtime.tensor import Tensor
-from . import functional as F
-from .module import Module
-from .parameter import Parameter
+from symgrad.nn import functional as F
+from symgrad.nn.module import Module
+from symgrad.nn.parameter import Parameter
+from symgrad.runtime.compiled_node import apply_compiled
+from symgrad.runtime.tensor import Tensor
 
 
 class Linear(Module):
     """y = x @ weight.T + bias; weight and bias ~ U(-1/sqrt(in), 1/sqrt(in)) from NumPy's global RNG
     (torch's default: kaiming_uniform with a=sqrt(5)). Seed with ``np.random.seed``."""
 
-    def __init__(self, in_features: int, out_features: int, bias: bool = True, dtype: Any = np.float32) -> None:
+    def __init__(
+        self, in_features: int, out_features: int, bias: bool = True, dtype: Any = np.float32
+    ) -> None:
         super().__init__()
         self.in_features, self.out_features = in_features, out_features
         bound = 1 / math.sqrt(in_features) if in_features > 0 else 0
@@ -28,7 +32,9 @@ class Linear(Module):
         return F.linear(x, self.weight, self.bias)
 
     def extra_repr(self) -> str:
-        return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
+        return (
+            f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
+        )
 
 
 class Sequential(Module):
@@ -61,8 +67,10 @@ class Activation(Module):
         super().__init__()
         compiled = fn.compiled() if hasattr(fn, "compiled") else fn
         if len(compiled.arg_names) != 1 or compiled.n_outputs != 1:
-            raise TypeError(f"Activation needs a function of one argument with one output; "
-                            f"{compiled.name} takes {len(compiled.arg_names)} and returns {compiled.n_outputs}")
+            raise TypeError(
+                f"Activation needs a function of one argument with one output; "
+                f"{compiled.name} takes {len(compiled.arg_names)} and returns {compiled.n_outputs}"
+            )
         self.fn = compiled
 
     def forward(self, x: Tensor) -> Tensor:

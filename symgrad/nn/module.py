@@ -1,13 +1,15 @@
 """``Module``: parameters and submodules registered by attribute assignment, as in ``torch.nn.Module``."""
+
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import Any, Iterator, NamedTuple
+from collections.abc import Iterator
+from typing import Any, NamedTuple
 
 import numpy as np
 
-from ..runtime.tensor import Tensor
-from .parameter import Parameter
+from symgrad.nn.parameter import Parameter
+from symgrad.runtime.tensor import Tensor
 
 
 class IncompatibleKeys(NamedTuple):
@@ -46,7 +48,9 @@ class Module:
         object.__delattr__(self, name)
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
-        raise NotImplementedError(f"Module [{type(self).__name__}] is missing the required \"forward\" function")
+        raise NotImplementedError(
+            f'Module [{type(self).__name__}] is missing the required "forward" function'
+        )
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.forward(*args, **kwargs)
@@ -116,16 +120,24 @@ class Module:
             if name in own:
                 arr = value.data if isinstance(value, Tensor) else np.asarray(value)
                 if arr.shape != own[name].data.shape:
-                    errors.append(f"size mismatch for {name}: copying a param with shape {arr.shape} from "
-                                  f"checkpoint, the shape in current model is {own[name].data.shape}.")
+                    errors.append(
+                        f"size mismatch for {name}: copying a param with shape {arr.shape} from "
+                        f"checkpoint, the shape in current model is {own[name].data.shape}."
+                    )
         if strict:
             if missing:
-                errors.insert(0, "Missing key(s) in state_dict: " + ", ".join(f'"{k}"' for k in missing) + ". ")
+                errors.insert(
+                    0, "Missing key(s) in state_dict: " + ", ".join(f'"{k}"' for k in missing) + ". "
+                )
             if unexpected:
-                errors.insert(0 if not missing else 1,
-                              "Unexpected key(s) in state_dict: " + ", ".join(f'"{k}"' for k in unexpected) + ". ")
+                errors.insert(
+                    0 if not missing else 1,
+                    "Unexpected key(s) in state_dict: " + ", ".join(f'"{k}"' for k in unexpected) + ". ",
+                )
         if errors:
-            raise RuntimeError(f"Error(s) in loading state_dict for {type(self).__name__}:\n\t" + "\n\t".join(errors))
+            raise RuntimeError(
+                f"Error(s) in loading state_dict for {type(self).__name__}:\n\t" + "\n\t".join(errors)
+            )
         for name, value in state_dict.items():
             if name in own:
                 np.copyto(own[name].data, value.data if isinstance(value, Tensor) else np.asarray(value))

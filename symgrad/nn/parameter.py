@@ -1,9 +1,10 @@
 """``Parameter``: a leaf tensor that a Module registers and an optimizer updates."""
+
 from __future__ import annotations
 
 from typing import Any
 
-from ..runtime.tensor import Tensor
+from symgrad.runtime.tensor import Tensor
 
 
 class Parameter(Tensor):

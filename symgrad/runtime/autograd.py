@@ -5,10 +5,12 @@ A node records one operation: the input tensors it differentiates with respect t
 During backward, gradients travel as NumPy arrays; with ``create_graph=True`` they travel as Tensors and every
 backward rule runs with grad mode on, so its own operations are recorded for a second differentiation.
 """
+
 from __future__ import annotations
 
 import threading
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -18,7 +20,8 @@ _SECOND_BACKWARD = (
     "Trying to backward through the graph a second time (or directly access saved tensors after they have "
     "already been freed). Saved intermediate values of the graph are freed when you call .backward() or "
     "autograd.grad(). Specify retain_graph=True if you need to backward through the graph a second time or "
-    "if you need to access saved tensors after calling backward.")
+    "if you need to access saved tensors after calling backward."
+)
 
 
 class _GradMode(threading.local):
@@ -77,14 +80,16 @@ class Node:
 
     __slots__ = ("backward", "inputs", "saved", "ctx", "name", "outs", "hooks")
 
-    def __init__(self, backward: Callable, inputs: tuple, saved: Any, ctx: Any, name: str, outs: tuple) -> None:
+    def __init__(
+        self, backward: Callable, inputs: tuple, saved: Any, ctx: Any, name: str, outs: tuple
+    ) -> None:
         self.backward = backward
-        self.inputs = inputs      # Tensor per differentiable input, None for constants
-        self.saved = saved        # tuple (freed to FREED), an object with _release(), or None
+        self.inputs = inputs  # Tensor per differentiable input, None for constants
+        self.saved = saved  # tuple (freed to FREED), an object with _release(), or None
         self.ctx = ctx
-        self.name = name          # 'MulBackward'
-        self.outs = outs          # (shape, dtype) per output
-        self.hooks = None         # [(output index, fn, is_retain_grad)]
+        self.name = name  # 'MulBackward'
+        self.outs = outs  # (shape, dtype) per output
+        self.hooks = None  # [(output index, fn, is_retain_grad)]
 
     def __repr__(self) -> str:
         return f"<{self.name} object at {id(self):#x}>"
@@ -150,13 +155,14 @@ def _run_hooks(hooks: list, index: int, g: Any, graph: bool) -> Any:
     return g
 
 
-def run_backward(roots: Sequence, seeds: Sequence, retain_graph: bool, create_graph: bool,
-                 capture: Sequence | None = None) -> list | None:
+def run_backward(
+    roots: Sequence, seeds: Sequence, retain_graph: bool, create_graph: bool, capture: Sequence | None = None
+) -> list | None:
     """Propagate ``seeds`` from ``roots``; accumulate into leaves' ``.grad``, or return the gradients of
     ``capture`` (in order, None where unreached) without touching ``.grad``."""
     graph = create_graph
     buffers: dict = {}  # node -> gradient per output
-    leaves: dict = {}   # id -> [tensor, gradient]
+    leaves: dict = {}  # id -> [tensor, gradient]
     captured: dict = {}
     for r, s in zip(roots, seeds):
         _deliver(r, s, buffers, leaves)
@@ -195,7 +201,7 @@ def run_backward(roots: Sequence, seeds: Sequence, retain_graph: bool, create_gr
                     buf[i] = g if buf[i] is None else buf[i] + g
         if capture is not None:
             return [_captured(t, leaves, captured) for t in capture]
-        given = {id(s) for s in seeds}   # arrays someone else holds are copied before being kept
+        given = {id(s) for s in seeds}  # arrays someone else holds are copied before being kept
         for leaf, g in leaves.values():
             _accumulate(leaf, g, graph, given)
         return None
@@ -261,7 +267,7 @@ def _accumulate(leaf: Any, g: Any, graph: bool, given: set) -> None:
     else:
         acc = leaf.grad.data
         if type(acc) is np.ndarray and acc.flags.writeable and acc.shape == np.shape(g):
-            acc += g                      # in place, like PyTorch's AccumulateGrad outside create_graph
+            acc += g  # in place, like PyTorch's AccumulateGrad outside create_graph
         else:
             leaf.grad = _wrap(acc + g)
 
@@ -278,8 +284,10 @@ def _seeds(outputs: Sequence, grad_outputs: Sequence | None, graph: bool) -> lis
         is_tensor = isinstance(g, _t.Tensor)
         arr = g.data if is_tensor else np.asarray(g, dtype=out.data.dtype)
         if arr.shape != out.data.shape:
-            raise RuntimeError(f"Mismatch in shape: grad_output[{i}] has a shape of {arr.shape} and "
-                               f"output[{i}] has a shape of {out.data.shape}.")
+            raise RuntimeError(
+                f"Mismatch in shape: grad_output[{i}] has a shape of {arr.shape} and "
+                f"output[{i}] has a shape of {out.data.shape}."
+            )
         if arr.dtype != out.data.dtype:
             arr = arr.astype(out.data.dtype)
         seeds.append((g if is_tensor and arr is g.data else _wrap(arr)) if graph else arr)
@@ -290,8 +298,9 @@ def _as_list(x: Any) -> list:
     return [x] if isinstance(x, _t.Tensor) else list(x)
 
 
-def backward(tensors: Any, grad_tensors: Any = None, retain_graph: bool | None = None,
-             create_graph: bool = False) -> None:
+def backward(
+    tensors: Any, grad_tensors: Any = None, retain_graph: bool | None = None, create_graph: bool = False
+) -> None:
     """Accumulate d(tensors)/d(leaf) into every leaf's ``.grad`` (``torch.autograd.backward``)."""
     outputs = _as_list(tensors)
     grads = None if grad_tensors is None else _as_list(grad_tensors)
@@ -302,8 +311,14 @@ def backward(tensors: Any, grad_tensors: Any = None, retain_graph: bool | None =
     run_backward(outputs, _seeds(outputs, grads, create_graph), retain, create_graph)
 
 
-def grad(outputs: Any, inputs: Any, grad_outputs: Any = None, retain_graph: bool | None = None,
-         create_graph: bool = False, allow_unused: bool = False) -> tuple:
+def grad(
+    outputs: Any,
+    inputs: Any,
+    grad_outputs: Any = None,
+    retain_graph: bool | None = None,
+    create_graph: bool = False,
+    allow_unused: bool = False,
+) -> tuple:
     """d(outputs)/d(inputs) as a tuple of Tensors, without touching ``.grad`` (``torch.autograd.grad``)."""
     outs, ins = _as_list(outputs), _as_list(inputs)
     grads = None if grad_outputs is None else _as_list(grad_outputs)
@@ -316,9 +331,11 @@ def grad(outputs: Any, inputs: Any, grad_outputs: Any = None, retain_graph: bool
     retain = create_graph if retain_graph is None else retain_graph
     result = run_backward(outs, _seeds(outs, grads, create_graph), retain, create_graph, capture=ins)
     if not allow_unused and any(g is None for g in result):
-        raise RuntimeError("One of the differentiated Tensors appears to not have been used in the graph. "
-                           "Set allow_unused=True if this is the desired behavior.")
+        raise RuntimeError(
+            "One of the differentiated Tensors appears to not have been used in the graph. "
+            "Set allow_unused=True if this is the desired behavior."
+        )
     return tuple(result)
 
 
-from . import tensor as _t  # noqa: E402  (tensor.py imports this module first)
+from symgrad.runtime import tensor as _t  # noqa: E402  (tensor.py imports this module first)

@@ -12,27 +12,21 @@ Two ways to record, with the same kernels:
 The kernels are first-order only: under ``create_graph=True`` the gradients carry a node that refuses a
 second differentiation with a clear error.
 """
+
 from __future__ import annotations
 
 from typing import Any
 
 import numpy as np
 
-from ..compiled import _FLOATS
-from ..errors import ArgumentError
-from .autograd import Node, mode
-from .tensor import Tensor, _result
+from symgrad.abi import FLOAT_DTYPES
+from symgrad.compiled import register_tensor_hook
+from symgrad.errors import ArgumentError
+from symgrad.runtime.autograd import Node, mode
+from symgrad.runtime.tensor import Tensor, _result
 
-_names: dict[Any, str] = {}
 #: Largest input (elements) for which a node saves the local Jacobian instead of the inputs (see the docstring).
 JACOBIAN_MAX = 1 << 16
-
-
-def _node_name(fn: Any) -> str:
-    name = _names.get(fn)
-    if name is None:
-        name = _names[fn] = "".join(p.capitalize() for p in fn.name.split("_")) + "Backward"
-    return name
 
 
 def apply_compiled(fn: Any, args: tuple) -> Tensor | tuple[Tensor, ...]:
@@ -66,10 +60,18 @@ def apply_compiled(fn: Any, args: tuple) -> Tensor | tuple[Tensor, ...]:
         return tuple([_result(o) for o in outs])
     if fn.n_outputs == 1:
         out = outs[0]
-        node = Node(_vjp_backward, tuple(inputs), tuple(arrays), fn, _node_name(fn), ((out.shape, out.dtype),))
+        node = Node(
+            _vjp_backward, tuple(inputs), tuple(arrays), fn, fn.backward_name, ((out.shape, out.dtype),)
+        )
         return _result(out, node, 0)
-    node = Node(_vjp_backward, tuple(inputs), tuple(arrays), fn, _node_name(fn),
-                tuple([(o.shape, o.dtype) for o in outs]))
+    node = Node(
+        _vjp_backward,
+        tuple(inputs),
+        tuple(arrays),
+        fn,
+        fn.backward_name,
+        tuple([(o.shape, o.dtype) for o in outs]),
+    )
     return tuple([_result(o, node, i) for i, o in enumerate(outs)])
 
 
@@ -90,11 +92,11 @@ def _jacobian_node(fn: Any, arrays: list, inputs: list) -> Tensor | None:
                 return None
         elif kind is not float and kind is not int:
             return None
-    if first.dtype not in _FLOATS or first.size > JACOBIAN_MAX:    # (a tensor requires grad: first is set)
+    if first.dtype not in FLOAT_DTYPES or first.size > JACOBIAN_MAX:  # (a tensor requires grad: first is set)
         return None
-    out, jacobian = fn._kernel("value_and_jacobian", first.dtype)(arrays, first.shape)   # J: batch + (1, n)
+    out, jacobian = fn._kernel("value_and_jacobian", first.dtype)(arrays, first.shape)  # J: batch + (1, n)
     columns = tuple([None if inp is None else jacobian[..., 0, k] for k, inp in enumerate(inputs)])
-    node = Node(_jacobian_backward, tuple(inputs), columns, fn, _node_name(fn), ((out.shape, out.dtype),))
+    node = Node(_jacobian_backward, tuple(inputs), columns, fn, fn.backward_name, ((out.shape, out.dtype),))
     return _result(out, node, 0)
 
 
@@ -104,7 +106,7 @@ def _jacobian_backward(node: Node, grads: list, graph: bool) -> tuple:
         return _first_order(node, tuple([None if c is None else g * c for c in node.saved]), graph)
     g = grads[0]
     saved = node.saved
-    if len(saved) == 1:                  # its one input requires grad (else there would be no node)
+    if len(saved) == 1:  # its one input requires grad (else there would be no node)
         return (g * saved[0],)
     a, b = saved
     return (None if a is None else g * a, None if b is None else g * b)
@@ -112,7 +114,7 @@ def _jacobian_backward(node: Node, grads: list, graph: bool) -> tuple:
 
 def _vjp_backward(node: Node, grads: list, graph: bool) -> tuple:
     fn = node.ctx
-    needed = tuple([inp is not None for inp in node.inputs])   # constants' gradients are not summed back
+    needed = tuple([inp is not None for inp in node.inputs])  # constants' gradients are not summed back
     arrays = [g.data for g in grads] if graph else grads
     return _first_order(node, fn.vjp(*node.saved, *arrays, needs_input_grad=needed), graph)
 
@@ -121,18 +123,22 @@ def _first_order(node: Node, results: tuple, graph: bool) -> tuple:
     """Under ``create_graph=True`` the gradients carry a node that refuses a second differentiation."""
     if not graph:
         return results
-    refuse = Node(_refuse_double_backward, (), None, node.ctx, node.name + "Backward",
-                  tuple(((), np.float64) if r is None else (np.shape(r), np.result_type(r)) for r in results))
-    return tuple(None if inp is None or r is None else _result(r, refuse, i)
-                 for i, (inp, r) in enumerate(zip(node.inputs, results)))
+    refuse = Node(
+        _refuse_double_backward,
+        (),
+        None,
+        node.ctx,
+        node.name + "Backward",
+        tuple(((), np.float64) if r is None else (np.shape(r), np.result_type(r)) for r in results),
+    )
+    return tuple(
+        None if inp is None or r is None else _result(r, refuse, i)
+        for i, (inp, r) in enumerate(zip(node.inputs, results))
+    )
 
 
 def _refuse_double_backward(node: Node, grads: list, graph: bool) -> tuple:
-    fn = node.ctx
-    raise RuntimeError(
-        f"double backward through the compiled function '{fn.name}' ({fn.origin}) is not supported: its vjp "
-        "kernel is first-order. Differentiate once, or write the derivative you need as its own "
-        "@sg.function and compile it.")
+    raise node.ctx.double_backward_error()
 
 
 def _check_broadcast(arrays: list) -> None:
@@ -143,5 +149,10 @@ def _check_broadcast(arrays: list) -> None:
         sizes = [s[len(s) - ndim + i] for s in shapes if len(s) - ndim + i >= 0]
         for k in range(1, len(sizes)):
             if sizes[0] != sizes[k] and sizes[0] != 1 and sizes[k] != 1:
-                raise RuntimeError(f"The size of tensor a ({sizes[0]}) must match the size of tensor b "
-                                   f"({sizes[k]}) at non-singleton dimension {i}")
+                raise RuntimeError(
+                    f"The size of tensor a ({sizes[0]}) must match the size of tensor b "
+                    f"({sizes[k]}) at non-singleton dimension {i}"
+                )
+
+
+register_tensor_hook(Tensor, apply_compiled)

@@ -1,9 +1,10 @@
-"""Loads ``elementwise_model.py`` with ``sg.compile`` (once, on first use) and dispatches Tensor math to it.
+"""Loads ``elementwise_model.py`` (compiled into the cache once, on first use) and dispatches Tensor math to it.
 
 Every elementwise Tensor operation goes through ``call``: the one place that binds the runtime to the
 compiled primitives. Integer and boolean tensors, which the compiled kernels do not take and which never
 require grad, fall back to the matching NumPy ufunc.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -11,16 +12,25 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ArgumentError
-from .compiled_node import apply_compiled
+from symgrad.compiled import load_model
+from symgrad.errors import ArgumentError
+from symgrad.runtime.compiled_node import apply_compiled
 
 MODEL = Path(__file__).with_name("elementwise_model.py")
 
 _functions: dict[str, Any] = {}
 
 _INTEGER_UFUNCS = {
-    "neg": np.negative, "add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.true_divide,
-    "pow": np.power, "square": np.square, "abs": np.abs, "sign": np.sign, "maximum": np.maximum,
+    "neg": np.negative,
+    "add": np.add,
+    "sub": np.subtract,
+    "mul": np.multiply,
+    "div": np.true_divide,
+    "pow": np.power,
+    "square": np.square,
+    "abs": np.abs,
+    "sign": np.sign,
+    "maximum": np.maximum,
     "minimum": np.minimum,
 }
 
@@ -28,10 +38,7 @@ _INTEGER_UFUNCS = {
 def primitives() -> dict[str, Any]:
     """The compiled primitives by name, compiling the model file on the first call."""
     if not _functions:
-        import symgrad
-        module = symgrad.compile(MODEL)
-        compiled = (getattr(module, attr) for attr in module.__all__)
-        _functions.update((fn.name, fn) for fn in compiled)
+        _functions.update(load_model(MODEL))
     return _functions
 
 
@@ -50,4 +57,4 @@ def call(name: str, *args: Any) -> Any:
         raise
 
 
-from .tensor import Tensor  # noqa: E402
+from symgrad.runtime.tensor import Tensor  # noqa: E402

@@ -3,6 +3,7 @@
 ``sg.compile`` derives and compiles every gradient here; the runtime contains no elementwise derivative
 formula of its own. Each Tensor operator or math method is one call of one of these functions.
 """
+
 import symgrad as sg
 
 

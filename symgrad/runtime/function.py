@@ -1,13 +1,14 @@
 """``sg.Function``: user-defined forward and backward, exactly like ``torch.autograd.Function``."""
+
 from __future__ import annotations
 
 from typing import Any
 
 import numpy as np
 
-from .autograd import _SECOND_BACKWARD, FREED, Node, mode, no_grad
-from .shape_ops import sum_to_shape
-from .tensor import Tensor, _result
+from symgrad.runtime.autograd import _SECOND_BACKWARD, FREED, Node, mode, no_grad
+from symgrad.runtime.shape_ops import sum_to_shape
+from symgrad.runtime.tensor import Tensor, _result
 
 
 class FunctionCtx:
@@ -57,8 +58,14 @@ class Function:
         arrays = [o.data if isinstance(o, Tensor) else np.asarray(o) for o in outs]
         inputs = tuple(a if needs else None for a, needs in zip(args, ctx.needs_input_grad))
         metas = tuple((a.data.shape, a.data.dtype) if isinstance(a, Tensor) else None for a in args)
-        node = Node(_function_backward, inputs, ctx, (cls, metas), cls.__name__ + "Backward",
-                    tuple((a.shape, a.dtype) for a in arrays))
+        node = Node(
+            _function_backward,
+            inputs,
+            ctx,
+            (cls, metas),
+            cls.__name__ + "Backward",
+            tuple((a.shape, a.dtype) for a in arrays),
+        )
         wrapped = tuple(_result(a, node, i) for i, a in enumerate(arrays))
         return wrapped if isinstance(result, tuple) else wrapped[0]
 
@@ -71,10 +78,14 @@ def _function_backward(node: Node, grads: list, graph: bool) -> tuple:
     if len(result) > n and all(r is None for r in result[n:]):
         result = result[:n]
     if len(result) != n:
-        raise RuntimeError(f"function {node.name} returned an incorrect number of gradients "
-                           f"(expected {n}, got {len(result)})")
-    return tuple(_checked(node.name, i, r, meta, graph) if inp is not None else None
-                 for i, (r, meta, inp) in enumerate(zip(result, metas, node.inputs)))
+        raise RuntimeError(
+            f"function {node.name} returned an incorrect number of gradients "
+            f"(expected {n}, got {len(result)})"
+        )
+    return tuple(
+        _checked(node.name, i, r, meta, graph) if inp is not None else None
+        for i, (r, meta, inp) in enumerate(zip(result, metas, node.inputs))
+    )
 
 
 def _checked(name: str, index: int, grad: Any, meta: tuple, graph: bool) -> Any:
@@ -82,11 +93,17 @@ def _checked(name: str, index: int, grad: Any, meta: tuple, graph: bool) -> Any:
     if grad is None:
         return None
     shape, dtype = meta
-    g = grad if graph and isinstance(grad, Tensor) else (grad.data if isinstance(grad, Tensor) else np.asarray(grad))
+    g = (
+        grad
+        if graph and isinstance(grad, Tensor)
+        else (grad.data if isinstance(grad, Tensor) else np.asarray(grad))
+    )
     if tuple(g.shape) != shape:
         if not _expandable(shape, tuple(g.shape)):
-            raise RuntimeError(f"Function {name} returned an invalid gradient at index {index} - got "
-                               f"{list(g.shape)} but expected shape compatible with {list(shape)}")
+            raise RuntimeError(
+                f"Function {name} returned an invalid gradient at index {index} - got "
+                f"{list(g.shape)} but expected shape compatible with {list(shape)}"
+            )
         g = sum_to_shape(g, shape)
     if not graph and g.dtype != dtype:
         g = g.astype(dtype)

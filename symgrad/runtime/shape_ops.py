@@ -4,14 +4,16 @@ Every function here accepts NumPy arrays as well as Tensors (arrays in, array ou
 backward rules are written once with these same functions: on arrays during an ordinary backward, on
 Tensors under ``create_graph=True``, where they record and can be differentiated again.
 """
+
 from __future__ import annotations
 
 from typing import Any
 
 import numpy as np
 
-from .autograd import Node, mode
-from .tensor import Tensor, _result
+from symgrad.compiled.function import broadcast_axes
+from symgrad.runtime.autograd import Node, mode
+from symgrad.runtime.tensor import Tensor, _result
 
 
 def _record(out: Any, backward: Any, inputs: tuple, saved: Any, ctx: Any, name: str) -> Tensor:
@@ -42,7 +44,7 @@ def _kept_shape(shape: tuple, axis: Any) -> tuple:
 
 # -- reshaping -----------------------------------------------------------------------------------------
 def reshape(x: Any, shape: tuple) -> Any:
-    if not isinstance(x, Tensor):     # the method: np.reshape's dispatch costs more than the reshape itself
+    if not isinstance(x, Tensor):  # the method: np.reshape's dispatch costs more than the reshape itself
         return x.reshape(shape) if type(x) is np.ndarray else np.reshape(x, shape)
     out = x.data.reshape(shape)
     if _tracked(x) is None:
@@ -86,12 +88,10 @@ def _broadcast_backward(node: Node, grads: list, graph: bool) -> tuple:
 
 
 def sum_to_shape(g: Any, shape: tuple) -> Any:
-    """Sum ``g`` over the axes that broadcasting added or stretched to reach ``shape``."""
-    gs = g.shape
-    if gs == shape:
+    """Sum tensor ``g`` over the axes that broadcasting added or stretched to reach ``shape`` (on the tape)."""
+    if g.shape == shape:
         return g
-    lead = len(gs) - len(shape)
-    axes = tuple(range(lead)) + tuple(lead + i for i, n in enumerate(shape) if n == 1 and gs[lead + i] != 1)
+    axes = broadcast_axes(g.shape, shape)
     if axes:
         g = reduce_sum(g, axes, True)
     return reshape(g, shape)
@@ -100,7 +100,11 @@ def sum_to_shape(g: Any, shape: tuple) -> Any:
 # -- reductions ----------------------------------------------------------------------------------------
 def reduce_sum(x: Any, axis: Any = None, keepdims: bool = False) -> Any:
     if not isinstance(x, Tensor):
-        return x.sum(axis=axis, keepdims=keepdims) if type(x) is np.ndarray else np.sum(x, axis=axis, keepdims=keepdims)
+        return (
+            x.sum(axis=axis, keepdims=keepdims)
+            if type(x) is np.ndarray
+            else np.sum(x, axis=axis, keepdims=keepdims)
+        )
     out = x.data.sum(axis=axis, keepdims=keepdims)
     if _tracked(x) is None:
         return _result(out)
@@ -142,8 +146,14 @@ def reduce_extreme(x: Any, axis: Any, keepdims: bool, np_fn: Any) -> Any:
     out = kept if keepdims else kept.reshape(tuple(n for i, n in enumerate(kept.shape) if i not in axes))
     mask = x.data == kept
     weights = mask / mask.sum(axis=axis, keepdims=True, dtype=x.data.dtype)
-    return _record(out, _extreme_backward, (x,), (weights.astype(x.data.dtype, copy=False),),
-                   (x.data.shape, axis, keepdims), "AmaxBackward" if np_fn is np.max else "AminBackward")
+    return _record(
+        out,
+        _extreme_backward,
+        (x,),
+        (weights.astype(x.data.dtype, copy=False),),
+        (x.data.shape, axis, keepdims),
+        "AmaxBackward" if np_fn is np.max else "AminBackward",
+    )
 
 
 def _extreme_backward(node: Node, grads: list, graph: bool) -> tuple:
@@ -162,8 +172,10 @@ def matmul(a: Any, b: Any) -> Any:
         out = np.matmul(A, B)
     except ValueError:
         if np.ndim(A) == 2 and np.ndim(B) == 2:
-            raise RuntimeError(f"mat1 and mat2 shapes cannot be multiplied ({A.shape[0]}x{A.shape[1]} and "
-                               f"{B.shape[0]}x{B.shape[1]})") from None
+            raise RuntimeError(
+                f"mat1 and mat2 shapes cannot be multiplied ({A.shape[0]}x{A.shape[1]} and "
+                f"{B.shape[0]}x{B.shape[1]})"
+            ) from None
         raise
     ta, tb = _tracked(a), _tracked(b)
     if ta is None and tb is None:
@@ -177,11 +189,11 @@ def _matmul_backward(node: Node, grads: list, graph: bool) -> tuple:
     ga = gb = None
     if len(a.shape) == 1 and len(b.shape) == 1:
         ga, gb = g * b, g * a
-    elif len(a.shape) == 1:      # (k,) @ (..., k, n) -> (..., n)
+    elif len(a.shape) == 1:  # (k,) @ (..., k, n) -> (..., n)
         g_col = reshape(g, g.shape[:-1] + (g.shape[-1], 1))
         ga = reshape(matmul(b, g_col), g.shape[:-1] + (b.shape[-2],))
         gb = matmul(reshape(a, (a.shape[0], 1)), reshape(g, g.shape[:-1] + (1, g.shape[-1])))
-    elif len(b.shape) == 1:      # (..., m, k) @ (k,) -> (..., m)
+    elif len(b.shape) == 1:  # (..., m, k) @ (k,) -> (..., m)
         g_col = reshape(g, g.shape + (1,))
         ga = matmul(g_col, reshape(b, (1, b.shape[0])))
         gb = reshape(matmul(_swap_last(a), g_col), g.shape[:-1] + (b.shape[0],))
@@ -189,8 +201,10 @@ def _matmul_backward(node: Node, grads: list, graph: bool) -> tuple:
         ga = matmul(g, _swap_last(b))
         gb = matmul(_swap_last(a), g)
     ia, ib = node.inputs
-    return (None if ia is None else sum_to_shape(ga, tuple(a.shape)),
-            None if ib is None else sum_to_shape(gb, tuple(b.shape)))
+    return (
+        None if ia is None else sum_to_shape(ga, tuple(a.shape)),
+        None if ib is None else sum_to_shape(gb, tuple(b.shape)),
+    )
 
 
 # -- indexing ------------------------------------------------------------------------------------------

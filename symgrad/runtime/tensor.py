@@ -4,15 +4,17 @@ Elementwise arithmetic and math methods dispatch to the compiled primitives (``e
 algebra, reductions, reshaping and indexing go to ``shape_ops``. Python numbers are weak scalars: a float32
 tensor times 2.0 stays float32.
 """
+
 from __future__ import annotations
 
 import weakref
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
-from . import autograd
-from .autograd import _Handle
+from symgrad.runtime import autograd
+from symgrad.runtime.autograd import _Handle
 
 _new = object.__new__
 
@@ -87,7 +89,9 @@ class Tensor:
         """The same data (shared memory), off the tape."""
         return _result(self.data)
 
-    def backward(self, gradient: Any = None, retain_graph: bool | None = None, create_graph: bool = False) -> None:
+    def backward(
+        self, gradient: Any = None, retain_graph: bool | None = None, create_graph: bool = False
+    ) -> None:
         """Accumulate the gradient of this tensor into the ``.grad`` of every leaf it depends on."""
         autograd.backward((self,), None if gradient is None else (gradient,), retain_graph, create_graph)
 
@@ -151,8 +155,9 @@ class Tensor:
     def numpy(self) -> np.ndarray:
         """The underlying array (shared memory)."""
         if self._rg:
-            raise RuntimeError("Can't call numpy() on Tensor that requires grad. "
-                               "Use tensor.detach().numpy() instead.")
+            raise RuntimeError(
+                "Can't call numpy() on Tensor that requires grad. Use tensor.detach().numpy() instead."
+            )
         return self.data
 
     def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
@@ -184,45 +189,96 @@ class Tensor:
     __hash__ = object.__hash__
 
     # -- arithmetic: compiled elementwise primitives -------------------------------------------------------
-    def __add__(self, other: Any) -> Tensor: return _ew("add", self, other)
-    def __radd__(self, other: Any) -> Tensor: return _ew("add", other, self)
-    def __sub__(self, other: Any) -> Tensor: return _ew("sub", self, other)
-    def __rsub__(self, other: Any) -> Tensor: return _ew("sub", other, self)
-    def __mul__(self, other: Any) -> Tensor: return _ew("mul", self, other)
-    def __rmul__(self, other: Any) -> Tensor: return _ew("mul", other, self)
-    def __truediv__(self, other: Any) -> Tensor: return _ew("div", self, other)
-    def __rtruediv__(self, other: Any) -> Tensor: return _ew("div", other, self)
-    def __pow__(self, other: Any) -> Tensor: return _ew("pow", self, other)
-    def __rpow__(self, other: Any) -> Tensor: return _ew("pow", other, self)
-    def __neg__(self) -> Tensor: return _ew("neg", self)
-    def __abs__(self) -> Tensor: return _ew("abs", self)
-    def __matmul__(self, other: Any) -> Tensor: return _so.matmul(self, other)
-    def __rmatmul__(self, other: Any) -> Tensor: return _so.matmul(other, self)
+    def __add__(self, other: Any) -> Tensor:
+        return _ew("add", self, other)
 
-    def pow(self, exponent: Any) -> Tensor: return _ew("pow", self, exponent)
-    def maximum(self, other: Any) -> Tensor: return _ew("maximum", self, other)
-    def minimum(self, other: Any) -> Tensor: return _ew("minimum", self, other)
+    def __radd__(self, other: Any) -> Tensor:
+        return _ew("add", other, self)
+
+    def __sub__(self, other: Any) -> Tensor:
+        return _ew("sub", self, other)
+
+    def __rsub__(self, other: Any) -> Tensor:
+        return _ew("sub", other, self)
+
+    def __mul__(self, other: Any) -> Tensor:
+        return _ew("mul", self, other)
+
+    def __rmul__(self, other: Any) -> Tensor:
+        return _ew("mul", other, self)
+
+    def __truediv__(self, other: Any) -> Tensor:
+        return _ew("div", self, other)
+
+    def __rtruediv__(self, other: Any) -> Tensor:
+        return _ew("div", other, self)
+
+    def __pow__(self, other: Any) -> Tensor:
+        return _ew("pow", self, other)
+
+    def __rpow__(self, other: Any) -> Tensor:
+        return _ew("pow", other, self)
+
+    def __neg__(self) -> Tensor:
+        return _ew("neg", self)
+
+    def __abs__(self) -> Tensor:
+        return _ew("abs", self)
+
+    def __matmul__(self, other: Any) -> Tensor:
+        return _so.matmul(self, other)
+
+    def __rmatmul__(self, other: Any) -> Tensor:
+        return _so.matmul(other, self)
+
+    def pow(self, exponent: Any) -> Tensor:
+        return _ew("pow", self, exponent)
+
+    def maximum(self, other: Any) -> Tensor:
+        return _ew("maximum", self, other)
+
+    def minimum(self, other: Any) -> Tensor:
+        return _ew("minimum", self, other)
 
     # comparisons: boolean results, never on the tape
-    def __lt__(self, other: Any) -> Tensor: return _result(self.data < _raw(other))
-    def __le__(self, other: Any) -> Tensor: return _result(self.data <= _raw(other))
-    def __gt__(self, other: Any) -> Tensor: return _result(self.data > _raw(other))
-    def __ge__(self, other: Any) -> Tensor: return _result(self.data >= _raw(other))
-    def __eq__(self, other: Any) -> Tensor: return _result(self.data == _raw(other))  # type: ignore[override]
-    def __ne__(self, other: Any) -> Tensor: return _result(self.data != _raw(other))  # type: ignore[override]
+    def __lt__(self, other: Any) -> Tensor:
+        return _result(self.data < _raw(other))
+
+    def __le__(self, other: Any) -> Tensor:
+        return _result(self.data <= _raw(other))
+
+    def __gt__(self, other: Any) -> Tensor:
+        return _result(self.data > _raw(other))
+
+    def __ge__(self, other: Any) -> Tensor:
+        return _result(self.data >= _raw(other))
+
+    def __eq__(self, other: Any) -> Tensor:
+        return _result(self.data == _raw(other))  # type: ignore[override]
+
+    def __ne__(self, other: Any) -> Tensor:
+        return _result(self.data != _raw(other))  # type: ignore[override]
 
     # -- reductions, linear algebra, shapes -------------------------------------------------------------
-    def sum(self, axis: Any = None, keepdims: bool = False, *, dim: Any = None, keepdim: bool = False) -> Tensor:
+    def sum(
+        self, axis: Any = None, keepdims: bool = False, *, dim: Any = None, keepdim: bool = False
+    ) -> Tensor:
         return _so.reduce_sum(self, axis if dim is None else dim, keepdims or keepdim)
 
-    def mean(self, axis: Any = None, keepdims: bool = False, *, dim: Any = None, keepdim: bool = False) -> Tensor:
+    def mean(
+        self, axis: Any = None, keepdims: bool = False, *, dim: Any = None, keepdim: bool = False
+    ) -> Tensor:
         return _so.reduce_mean(self, axis if dim is None else dim, keepdims or keepdim)
 
-    def max(self, axis: Any = None, keepdims: bool = False, *, dim: Any = None, keepdim: bool = False) -> Tensor:
+    def max(
+        self, axis: Any = None, keepdims: bool = False, *, dim: Any = None, keepdim: bool = False
+    ) -> Tensor:
         """Largest value (NumPy's ``max``: values only); ties share the gradient equally."""
         return _so.reduce_extreme(self, axis if dim is None else dim, keepdims or keepdim, np.max)
 
-    def min(self, axis: Any = None, keepdims: bool = False, *, dim: Any = None, keepdim: bool = False) -> Tensor:
+    def min(
+        self, axis: Any = None, keepdims: bool = False, *, dim: Any = None, keepdim: bool = False
+    ) -> Tensor:
         return _so.reduce_extreme(self, axis if dim is None else dim, keepdims or keepdim, np.min)
 
     def reshape(self, *shape: Any) -> Tensor:
@@ -258,8 +314,25 @@ def _raw(x: Any) -> Any:
     return x.data if isinstance(x, Tensor) else x
 
 
-_UNARY = ("exp", "log", "log1p", "expm1", "sqrt", "sin", "cos", "tan", "tanh", "sigmoid", "relu", "softplus",
-          "abs", "neg", "square", "reciprocal", "sign")
+_UNARY = (
+    "exp",
+    "log",
+    "log1p",
+    "expm1",
+    "sqrt",
+    "sin",
+    "cos",
+    "tan",
+    "tanh",
+    "sigmoid",
+    "relu",
+    "softplus",
+    "abs",
+    "neg",
+    "square",
+    "reciprocal",
+    "sign",
+)
 
 
 def _unary_method(name: str) -> Callable[[Tensor], Tensor]:
@@ -298,5 +371,5 @@ def as_tensor(data: Any, dtype: Any = None) -> Tensor:
     return _result(_as_array(data, dtype))
 
 
-from . import shape_ops as _so  # noqa: E402  (these modules build Tensors)
-from .elementwise import call as _ew  # noqa: E402
+from symgrad.runtime import shape_ops as _so  # noqa: E402  (these modules build Tensors)
+from symgrad.runtime.elementwise import call as _ew  # noqa: E402

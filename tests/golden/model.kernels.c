@@ -89,10 +89,10 @@ static inline double sg_tanh_f64(double x)
     return copysign(-e/(2 + e), x);
 }
 
-/* ---- square [model.py:10] ----
+/* ---- square [model.py:12] ----
    out = x**2
    vjp x: 2*grad*x */
-/* value_and_vjp of square [model.py:10], double: rows sg_lo to sg_hi - 1 */
+/* value_and_vjp of square [model.py:12], double: rows sg_lo to sg_hi - 1 */
 static SG_NOINLINE void sg_rows_square__value_and_vjp_f64(int64_t sg_lo, int64_t sg_hi,
                                                           const double *restrict x,
                                                           const double *restrict grad,
@@ -106,7 +106,7 @@ static SG_NOINLINE void sg_rows_square__value_and_vjp_f64(int64_t sg_lo, int64_t
     }
 }
 
-/* value_and_vjp of square [model.py:10], double */
+/* value_and_vjp of square [model.py:12], double */
 void square__value_and_vjp_f64(int64_t n,
                                const double *restrict x,
                                const double *restrict grad,
@@ -116,13 +116,13 @@ void square__value_and_vjp_f64(int64_t n,
     SG_ROWS(200000, sg_rows_square__value_and_vjp_f64, x, grad, out, grad_x);
 }
 
-/* value_and_vjp of square [model.py:10], double: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
+/* value_and_vjp of square [model.py:12], double: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
 void square__value_and_vjp_f64__ptrs(int64_t n, void *const *p)
 {
     square__value_and_vjp_f64(n, p[0], p[1], p[2], p[3]);
 }
 
-/* forward of square [model.py:10], double: rows sg_lo to sg_hi - 1 */
+/* forward of square [model.py:12], double: rows sg_lo to sg_hi - 1 */
 static SG_NOINLINE void sg_rows_square__forward_f64(int64_t sg_lo, int64_t sg_hi,
                                                     const double *restrict x,
                                                     double *restrict out)
@@ -133,19 +133,19 @@ static SG_NOINLINE void sg_rows_square__forward_f64(int64_t sg_lo, int64_t sg_hi
     }
 }
 
-/* forward of square [model.py:10], double */
+/* forward of square [model.py:12], double */
 void square__forward_f64(int64_t n, const double *restrict x, double *restrict out)
 {
     SG_ROWS(200000, sg_rows_square__forward_f64, x, out);
 }
 
-/* forward of square [model.py:10], double: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
+/* forward of square [model.py:12], double: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
 void square__forward_f64__ptrs(int64_t n, void *const *p)
 {
     square__forward_f64(n, p[0], p[1]);
 }
 
-/* vjp of square [model.py:10], double: rows sg_lo to sg_hi - 1 */
+/* vjp of square [model.py:12], double: rows sg_lo to sg_hi - 1 */
 static SG_NOINLINE void sg_rows_square__vjp_f64(int64_t sg_lo, int64_t sg_hi,
                                                 const double *restrict x,
                                                 const double *restrict grad,
@@ -157,7 +157,7 @@ static SG_NOINLINE void sg_rows_square__vjp_f64(int64_t sg_lo, int64_t sg_hi,
     }
 }
 
-/* vjp of square [model.py:10], double */
+/* vjp of square [model.py:12], double */
 void square__vjp_f64(int64_t n,
                      const double *restrict x,
                      const double *restrict grad,
@@ -166,13 +166,13 @@ void square__vjp_f64(int64_t n,
     SG_ROWS(200000, sg_rows_square__vjp_f64, x, grad, grad_x);
 }
 
-/* vjp of square [model.py:10], double: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
+/* vjp of square [model.py:12], double: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
 void square__vjp_f64__ptrs(int64_t n, void *const *p)
 {
     square__vjp_f64(n, p[0], p[1], p[2]);
 }
 
-/* jvp of square [model.py:10], double: rows sg_lo to sg_hi - 1 */
+/* jvp of square [model.py:12], double: rows sg_lo to sg_hi - 1 */
 static SG_NOINLINE void sg_rows_square__jvp_f64(int64_t sg_lo, int64_t sg_hi,
                                                 const double *restrict x,
                                                 const double *restrict tangent_x,
@@ -186,7 +186,7 @@ static SG_NOINLINE void sg_rows_square__jvp_f64(int64_t sg_lo, int64_t sg_hi,
     }
 }
 
-/* jvp of square [model.py:10], double */
+/* jvp of square [model.py:12], double */
 void square__jvp_f64(int64_t n,
                      const double *restrict x,
                      const double *restrict tangent_x,
@@ -196,13 +196,13 @@ void square__jvp_f64(int64_t n,
     SG_ROWS(200000, sg_rows_square__jvp_f64, x, tangent_x, out, jvp_out);
 }
 
-/* jvp of square [model.py:10], double: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
+/* jvp of square [model.py:12], double: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
 void square__jvp_f64__ptrs(int64_t n, void *const *p)
 {
     square__jvp_f64(n, p[0], p[1], p[2], p[3]);
 }
 
-/* value_and_jacobian of square [model.py:10], double: rows sg_lo to sg_hi - 1 */
+/* value_and_jacobian of square [model.py:12], double: rows sg_lo to sg_hi - 1 */
 static SG_NOINLINE void sg_rows_square__value_and_jacobian_f64(int64_t sg_lo, int64_t sg_hi,
                                                                const double *restrict x,
                                                                double *restrict out,
@@ -215,7 +215,7 @@ static SG_NOINLINE void sg_rows_square__value_and_jacobian_f64(int64_t sg_lo, in
     }
 }
 
-/* value_and_jacobian of square [model.py:10], double */
+/* value_and_jacobian of square [model.py:12], double */
 void square__value_and_jacobian_f64(int64_t n,
                                     const double *restrict x,
                                     double *restrict out,
@@ -224,13 +224,13 @@ void square__value_and_jacobian_f64(int64_t n,
     SG_ROWS(200000, sg_rows_square__value_and_jacobian_f64, x, out, jacobian);
 }
 
-/* value_and_jacobian of square [model.py:10], double: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
+/* value_and_jacobian of square [model.py:12], double: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
 void square__value_and_jacobian_f64__ptrs(int64_t n, void *const *p)
 {
     square__value_and_jacobian_f64(n, p[0], p[1], p[2]);
 }
 
-/* value_and_vjp of square [model.py:10], float: rows sg_lo to sg_hi - 1 */
+/* value_and_vjp of square [model.py:12], float: rows sg_lo to sg_hi - 1 */
 static SG_NOINLINE void sg_rows_square__value_and_vjp_f32(int64_t sg_lo, int64_t sg_hi,
                                                           const float *restrict x,
                                                           const float *restrict grad,
@@ -244,7 +244,7 @@ static SG_NOINLINE void sg_rows_square__value_and_vjp_f32(int64_t sg_lo, int64_t
     }
 }
 
-/* value_and_vjp of square [model.py:10], float */
+/* value_and_vjp of square [model.py:12], float */
 void square__value_and_vjp_f32(int64_t n,
                                const float *restrict x,
                                const float *restrict grad,
@@ -254,13 +254,13 @@ void square__value_and_vjp_f32(int64_t n,
     SG_ROWS(200000, sg_rows_square__value_and_vjp_f32, x, grad, out, grad_x);
 }
 
-/* value_and_vjp of square [model.py:10], float: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
+/* value_and_vjp of square [model.py:12], float: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
 void square__value_and_vjp_f32__ptrs(int64_t n, void *const *p)
 {
     square__value_and_vjp_f32(n, p[0], p[1], p[2], p[3]);
 }
 
-/* forward of square [model.py:10], float: rows sg_lo to sg_hi - 1 */
+/* forward of square [model.py:12], float: rows sg_lo to sg_hi - 1 */
 static SG_NOINLINE void sg_rows_square__forward_f32(int64_t sg_lo, int64_t sg_hi,
                                                     const float *restrict x,
                                                     float *restrict out)
@@ -271,19 +271,19 @@ static SG_NOINLINE void sg_rows_square__forward_f32(int64_t sg_lo, int64_t sg_hi
     }
 }
 
-/* forward of square [model.py:10], float */
+/* forward of square [model.py:12], float */
 void square__forward_f32(int64_t n, const float *restrict x, float *restrict out)
 {
     SG_ROWS(200000, sg_rows_square__forward_f32, x, out);
 }
 
-/* forward of square [model.py:10], float: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
+/* forward of square [model.py:12], float: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
 void square__forward_f32__ptrs(int64_t n, void *const *p)
 {
     square__forward_f32(n, p[0], p[1]);
 }
 
-/* vjp of square [model.py:10], float: rows sg_lo to sg_hi - 1 */
+/* vjp of square [model.py:12], float: rows sg_lo to sg_hi - 1 */
 static SG_NOINLINE void sg_rows_square__vjp_f32(int64_t sg_lo, int64_t sg_hi,
                                                 const float *restrict x,
                                                 const float *restrict grad,
@@ -295,19 +295,19 @@ static SG_NOINLINE void sg_rows_square__vjp_f32(int64_t sg_lo, int64_t sg_hi,
     }
 }
 
-/* vjp of square [model.py:10], float */
+/* vjp of square [model.py:12], float */
 void square__vjp_f32(int64_t n, const float *restrict x, const float *restrict grad, float *restrict grad_x)
 {
     SG_ROWS(200000, sg_rows_square__vjp_f32, x, grad, grad_x);
 }
 
-/* vjp of square [model.py:10], float: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
+/* vjp of square [model.py:12], float: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
 void square__vjp_f32__ptrs(int64_t n, void *const *p)
 {
     square__vjp_f32(n, p[0], p[1], p[2]);
 }
 
-/* jvp of square [model.py:10], float: rows sg_lo to sg_hi - 1 */
+/* jvp of square [model.py:12], float: rows sg_lo to sg_hi - 1 */
 static SG_NOINLINE void sg_rows_square__jvp_f32(int64_t sg_lo, int64_t sg_hi,
                                                 const float *restrict x,
                                                 const float *restrict tangent_x,
@@ -321,7 +321,7 @@ static SG_NOINLINE void sg_rows_square__jvp_f32(int64_t sg_lo, int64_t sg_hi,
     }
 }
 
-/* jvp of square [model.py:10], float */
+/* jvp of square [model.py:12], float */
 void square__jvp_f32(int64_t n,
                      const float *restrict x,
                      const float *restrict tangent_x,
@@ -331,13 +331,13 @@ void square__jvp_f32(int64_t n,
     SG_ROWS(200000, sg_rows_square__jvp_f32, x, tangent_x, out, jvp_out);
 }
 
-/* jvp of square [model.py:10], float: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
+/* jvp of square [model.py:12], float: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
 void square__jvp_f32__ptrs(int64_t n, void *const *p)
 {
     square__jvp_f32(n, p[0], p[1], p[2], p[3]);
 }
 
-/* value_and_jacobian of square [model.py:10], float: rows sg_lo to sg_hi - 1 */
+/* value_and_jacobian of square [model.py:12], float: rows sg_lo to sg_hi - 1 */
 static SG_NOINLINE void sg_rows_square__value_and_jacobian_f32(int64_t sg_lo, int64_t sg_hi,
                                                                const float *restrict x,
                                                                float *restrict out,
@@ -350,7 +350,7 @@ static SG_NOINLINE void sg_rows_square__value_and_jacobian_f32(int64_t sg_lo, in
     }
 }
 
-/* value_and_jacobian of square [model.py:10], float */
+/* value_and_jacobian of square [model.py:12], float */
 void square__value_and_jacobian_f32(int64_t n,
                                     const float *restrict x,
                                     float *restrict out,
@@ -359,16 +359,16 @@ void square__value_and_jacobian_f32(int64_t n,
     SG_ROWS(200000, sg_rows_square__value_and_jacobian_f32, x, out, jacobian);
 }
 
-/* value_and_jacobian of square [model.py:10], float: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
+/* value_and_jacobian of square [model.py:12], float: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
 void square__value_and_jacobian_f32__ptrs(int64_t n, void *const *p)
 {
     square__value_and_jacobian_f32(n, p[0], p[1], p[2]);
 }
 
-/* ---- neo_relu [model.py:15] ----
+/* ---- neo_relu [model.py:17] ----
    out = where(x > 0, x, -0.1)
    vjp x: grad*where(x > 0, 1, 0) */
-/* value_and_vjp of neo_relu [model.py:15], double: rows sg_lo to sg_hi - 1 */
+/* value_and_vjp of neo_relu [model.py:17], double: rows sg_lo to sg_hi - 1 */
 static SG_NOINLINE void sg_rows_neo_relu__value_and_vjp_f64(int64_t sg_lo, int64_t sg_hi,
                                                             const double *restrict x,
                                                             const double *restrict grad,
@@ -382,7 +382,7 @@ static SG_NOINLINE void sg_rows_neo_relu__value_and_vjp_f64(int64_t sg_lo, int64
     }
 }
 
-/* value_and_vjp of neo_relu [model.py:15], double */
+/* value_and_vjp of neo_relu [model.py:17], double */
 void neo_relu__value_and_vjp_f64(int64_t n,
                                  const double *restrict x,
                                  const double *restrict grad,
@@ -392,13 +392,13 @@ void neo_relu__value_and_vjp_f64(int64_t n,
     SG_ROWS(200000, sg_rows_neo_relu__value_and_vjp_f64, x, grad, out, grad_x);
 }
 
-/* value_and_vjp of neo_relu [model.py:15], double: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
+/* value_and_vjp of neo_relu [model.py:17], double: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
 void neo_relu__value_and_vjp_f64__ptrs(int64_t n, void *const *p)
 {
     neo_relu__value_and_vjp_f64(n, p[0], p[1], p[2], p[3]);
 }
 
-/* forward of neo_relu [model.py:15], double: rows sg_lo to sg_hi - 1 */
+/* forward of neo_relu [model.py:17], double: rows sg_lo to sg_hi - 1 */
 static SG_NOINLINE void sg_rows_neo_relu__forward_f64(int64_t sg_lo, int64_t sg_hi,
                                                       const double *restrict x,
                                                       double *restrict out)
@@ -409,19 +409,19 @@ static SG_NOINLINE void sg_rows_neo_relu__forward_f64(int64_t sg_lo, int64_t sg_
     }
 }
 
-/* forward of neo_relu [model.py:15], double */
+/* forward of neo_relu [model.py:17], double */
 void neo_relu__forward_f64(int64_t n, const double *restrict x, double *restrict out)
 {
     SG_ROWS(200000, sg_rows_neo_relu__forward_f64, x, out);
 }
 
-/* forward of neo_relu [model.py:15], double: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
+/* forward of neo_relu [model.py:17], double: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
 void neo_relu__forward_f64__ptrs(int64_t n, void *const *p)
 {
     neo_relu__forward_f64(n, p[0], p[1]);
 }
 
-/* vjp of neo_relu [model.py:15], double: rows sg_lo to sg_hi - 1 */
+/* vjp of neo_relu [model.py:17], double: rows sg_lo to sg_hi - 1 */
 static SG_NOINLINE void sg_rows_neo_relu__vjp_f64(int64_t sg_lo, int64_t sg_hi,
                                                   const double *restrict x,
                                                   const double *restrict grad,
@@ -433,7 +433,7 @@ static SG_NOINLINE void sg_rows_neo_relu__vjp_f64(int64_t sg_lo, int64_t sg_hi,
     }
 }
 
-/* vjp of neo_relu [model.py:15], double */
+/* vjp of neo_relu [model.py:17], double */
 void neo_relu__vjp_f64(int64_t n,
                        const double *restrict x,
                        const double *restrict grad,
@@ -442,13 +442,13 @@ void neo_relu__vjp_f64(int64_t n,
     SG_ROWS(200000, sg_rows_neo_relu__vjp_f64, x, grad, grad_x);
 }
 
-/* vjp of neo_relu [model.py:15], double: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
+/* vjp of neo_relu [model.py:17], double: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
 void neo_relu__vjp_f64__ptrs(int64_t n, void *const *p)
 {
     neo_relu__vjp_f64(n, p[0], p[1], p[2]);
 }
 
-/* jvp of neo_relu [model.py:15], double: rows sg_lo to sg_hi - 1 */
+/* jvp of neo_relu [model.py:17], double: rows sg_lo to sg_hi - 1 */
 static SG_NOINLINE void sg_rows_neo_relu__jvp_f64(int64_t sg_lo, int64_t sg_hi,
                                                   const double *restrict x,
                                                   const double *restrict tangent_x,
@@ -462,7 +462,7 @@ static SG_NOINLINE void sg_rows_neo_relu__jvp_f64(int64_t sg_lo, int64_t sg_hi,
     }
 }
 
-/* jvp of neo_relu [model.py:15], double */
+/* jvp of neo_relu [model.py:17], double */
 void neo_relu__jvp_f64(int64_t n,
                        const double *restrict x,
                        const double *restrict tangent_x,
@@ -472,13 +472,13 @@ void neo_relu__jvp_f64(int64_t n,
     SG_ROWS(200000, sg_rows_neo_relu__jvp_f64, x, tangent_x, out, jvp_out);
 }
 
-/* jvp of neo_relu [model.py:15], double: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
+/* jvp of neo_relu [model.py:17], double: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
 void neo_relu__jvp_f64__ptrs(int64_t n, void *const *p)
 {
     neo_relu__jvp_f64(n, p[0], p[1], p[2], p[3]);
 }
 
-/* value_and_jacobian of neo_relu [model.py:15], double: rows sg_lo to sg_hi - 1 */
+/* value_and_jacobian of neo_relu [model.py:17], double: rows sg_lo to sg_hi - 1 */
 static SG_NOINLINE void sg_rows_neo_relu__value_and_jacobian_f64(int64_t sg_lo, int64_t sg_hi,
                                                                  const double *restrict x,
                                                                  double *restrict out,
@@ -491,7 +491,7 @@ static SG_NOINLINE void sg_rows_neo_relu__value_and_jacobian_f64(int64_t sg_lo, 
     }
 }
 
-/* value_and_jacobian of neo_relu [model.py:15], double */
+/* value_and_jacobian of neo_relu [model.py:17], double */
 void neo_relu__value_and_jacobian_f64(int64_t n,
                                       const double *restrict x,
                                       double *restrict out,
@@ -500,13 +500,13 @@ void neo_relu__value_and_jacobian_f64(int64_t n,
     SG_ROWS(200000, sg_rows_neo_relu__value_and_jacobian_f64, x, out, jacobian);
 }
 
-/* value_and_jacobian of neo_relu [model.py:15], double: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
+/* value_and_jacobian of neo_relu [model.py:17], double: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
 void neo_relu__value_and_jacobian_f64__ptrs(int64_t n, void *const *p)
 {
     neo_relu__value_and_jacobian_f64(n, p[0], p[1], p[2]);
 }
 
-/* value_and_vjp of neo_relu [model.py:15], float: rows sg_lo to sg_hi - 1 */
+/* value_and_vjp of neo_relu [model.py:17], float: rows sg_lo to sg_hi - 1 */
 static SG_NOINLINE void sg_rows_neo_relu__value_and_vjp_f32(int64_t sg_lo, int64_t sg_hi,
                                                             const float *restrict x,
                                                             const float *restrict grad,
@@ -520,7 +520,7 @@ static SG_NOINLINE void sg_rows_neo_relu__value_and_vjp_f32(int64_t sg_lo, int64
     }
 }
 
-/* value_and_vjp of neo_relu [model.py:15], float */
+/* value_and_vjp of neo_relu [model.py:17], float */
 void neo_relu__value_and_vjp_f32(int64_t n,
                                  const float *restrict x,
                                  const float *restrict grad,
@@ -530,13 +530,13 @@ void neo_relu__value_and_vjp_f32(int64_t n,
     SG_ROWS(200000, sg_rows_neo_relu__value_and_vjp_f32, x, grad, out, grad_x);
 }
 
-/* value_and_vjp of neo_relu [model.py:15], float: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
+/* value_and_vjp of neo_relu [model.py:17], float: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
 void neo_relu__value_and_vjp_f32__ptrs(int64_t n, void *const *p)
 {
     neo_relu__value_and_vjp_f32(n, p[0], p[1], p[2], p[3]);
 }
 
-/* forward of neo_relu [model.py:15], float: rows sg_lo to sg_hi - 1 */
+/* forward of neo_relu [model.py:17], float: rows sg_lo to sg_hi - 1 */
 static SG_NOINLINE void sg_rows_neo_relu__forward_f32(int64_t sg_lo, int64_t sg_hi,
                                                       const float *restrict x,
                                                       float *restrict out)
@@ -547,19 +547,19 @@ static SG_NOINLINE void sg_rows_neo_relu__forward_f32(int64_t sg_lo, int64_t sg_
     }
 }
 
-/* forward of neo_relu [model.py:15], float */
+/* forward of neo_relu [model.py:17], float */
 void neo_relu__forward_f32(int64_t n, const float *restrict x, float *restrict out)
 {
     SG_ROWS(200000, sg_rows_neo_relu__forward_f32, x, out);
 }
 
-/* forward of neo_relu [model.py:15], float: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
+/* forward of neo_relu [model.py:17], float: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
 void neo_relu__forward_f32__ptrs(int64_t n, void *const *p)
 {
     neo_relu__forward_f32(n, p[0], p[1]);
 }
 
-/* vjp of neo_relu [model.py:15], float: rows sg_lo to sg_hi - 1 */
+/* vjp of neo_relu [model.py:17], float: rows sg_lo to sg_hi - 1 */
 static SG_NOINLINE void sg_rows_neo_relu__vjp_f32(int64_t sg_lo, int64_t sg_hi,
                                                   const float *restrict x,
                                                   const float *restrict grad,
@@ -571,19 +571,19 @@ static SG_NOINLINE void sg_rows_neo_relu__vjp_f32(int64_t sg_lo, int64_t sg_hi,
     }
 }
 
-/* vjp of neo_relu [model.py:15], float */
+/* vjp of neo_relu [model.py:17], float */
 void neo_relu__vjp_f32(int64_t n, const float *restrict x, const float *restrict grad, float *restrict grad_x)
 {
     SG_ROWS(200000, sg_rows_neo_relu__vjp_f32, x, grad, grad_x);
 }
 
-/* vjp of neo_relu [model.py:15], float: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
+/* vjp of neo_relu [model.py:17], float: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
 void neo_relu__vjp_f32__ptrs(int64_t n, void *const *p)
 {
     neo_relu__vjp_f32(n, p[0], p[1], p[2]);
 }
 
-/* jvp of neo_relu [model.py:15], float: rows sg_lo to sg_hi - 1 */
+/* jvp of neo_relu [model.py:17], float: rows sg_lo to sg_hi - 1 */
 static SG_NOINLINE void sg_rows_neo_relu__jvp_f32(int64_t sg_lo, int64_t sg_hi,
                                                   const float *restrict x,
                                                   const float *restrict tangent_x,
@@ -597,7 +597,7 @@ static SG_NOINLINE void sg_rows_neo_relu__jvp_f32(int64_t sg_lo, int64_t sg_hi,
     }
 }
 
-/* jvp of neo_relu [model.py:15], float */
+/* jvp of neo_relu [model.py:17], float */
 void neo_relu__jvp_f32(int64_t n,
                        const float *restrict x,
                        const float *restrict tangent_x,
@@ -607,13 +607,13 @@ void neo_relu__jvp_f32(int64_t n,
     SG_ROWS(200000, sg_rows_neo_relu__jvp_f32, x, tangent_x, out, jvp_out);
 }
 
-/* jvp of neo_relu [model.py:15], float: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
+/* jvp of neo_relu [model.py:17], float: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
 void neo_relu__jvp_f32__ptrs(int64_t n, void *const *p)
 {
     neo_relu__jvp_f32(n, p[0], p[1], p[2], p[3]);
 }
 
-/* value_and_jacobian of neo_relu [model.py:15], float: rows sg_lo to sg_hi - 1 */
+/* value_and_jacobian of neo_relu [model.py:17], float: rows sg_lo to sg_hi - 1 */
 static SG_NOINLINE void sg_rows_neo_relu__value_and_jacobian_f32(int64_t sg_lo, int64_t sg_hi,
                                                                  const float *restrict x,
                                                                  float *restrict out,
@@ -626,7 +626,7 @@ static SG_NOINLINE void sg_rows_neo_relu__value_and_jacobian_f32(int64_t sg_lo, 
     }
 }
 
-/* value_and_jacobian of neo_relu [model.py:15], float */
+/* value_and_jacobian of neo_relu [model.py:17], float */
 void neo_relu__value_and_jacobian_f32(int64_t n,
                                       const float *restrict x,
                                       float *restrict out,
@@ -635,16 +635,16 @@ void neo_relu__value_and_jacobian_f32(int64_t n,
     SG_ROWS(200000, sg_rows_neo_relu__value_and_jacobian_f32, x, out, jacobian);
 }
 
-/* value_and_jacobian of neo_relu [model.py:15], float: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
+/* value_and_jacobian of neo_relu [model.py:17], float: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
 void neo_relu__value_and_jacobian_f32__ptrs(int64_t n, void *const *p)
 {
     neo_relu__value_and_jacobian_f32(n, p[0], p[1], p[2]);
 }
 
-/* ---- softplus [model.py:21] ----
+/* ---- softplus [model.py:23] ----
    out = softplus(x)
    vjp x: grad*sigmoid(x) */
-/* value_and_vjp of softplus [model.py:21], double: rows sg_lo to sg_hi - 1 */
+/* value_and_vjp of softplus [model.py:23], double: rows sg_lo to sg_hi - 1 */
 static SG_NOINLINE void sg_rows_softplus__value_and_vjp_f64(int64_t sg_lo, int64_t sg_hi,
                                                             const double *restrict x,
                                                             const double *restrict grad,
@@ -659,7 +659,7 @@ static SG_NOINLINE void sg_rows_softplus__value_and_vjp_f64(int64_t sg_lo, int64
     }
 }
 
-/* value_and_vjp of softplus [model.py:21], double */
+/* value_and_vjp of softplus [model.py:23], double */
 void softplus__value_and_vjp_f64(int64_t n,
                                  const double *restrict x,
                                  const double *restrict grad,
@@ -669,13 +669,13 @@ void softplus__value_and_vjp_f64(int64_t n,
     SG_ROWS(89285, sg_rows_softplus__value_and_vjp_f64, x, grad, out, grad_x);
 }
 
-/* value_and_vjp of softplus [model.py:21], double: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
+/* value_and_vjp of softplus [model.py:23], double: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
 void softplus__value_and_vjp_f64__ptrs(int64_t n, void *const *p)
 {
     softplus__value_and_vjp_f64(n, p[0], p[1], p[2], p[3]);
 }
 
-/* forward of softplus [model.py:21], double: rows sg_lo to sg_hi - 1 */
+/* forward of softplus [model.py:23], double: rows sg_lo to sg_hi - 1 */
 static SG_NOINLINE void sg_rows_softplus__forward_f64(int64_t sg_lo, int64_t sg_hi,
                                                       const double *restrict x,
                                                       double *restrict out)
@@ -686,19 +686,19 @@ static SG_NOINLINE void sg_rows_softplus__forward_f64(int64_t sg_lo, int64_t sg_
     }
 }
 
-/* forward of softplus [model.py:21], double */
+/* forward of softplus [model.py:23], double */
 void softplus__forward_f64(int64_t n, const double *restrict x, double *restrict out)
 {
     SG_ROWS(104166, sg_rows_softplus__forward_f64, x, out);
 }
 
-/* forward of softplus [model.py:21], double: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
+/* forward of softplus [model.py:23], double: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
 void softplus__forward_f64__ptrs(int64_t n, void *const *p)
 {
     softplus__forward_f64(n, p[0], p[1]);
 }
 
-/* vjp of softplus [model.py:21], double: rows sg_lo to sg_hi - 1 */
+/* vjp of softplus [model.py:23], double: rows sg_lo to sg_hi - 1 */
 static SG_NOINLINE void sg_rows_softplus__vjp_f64(int64_t sg_lo, int64_t sg_hi,
                                                   const double *restrict x,
                                                   const double *restrict grad,
@@ -711,7 +711,7 @@ static SG_NOINLINE void sg_rows_softplus__vjp_f64(int64_t sg_lo, int64_t sg_hi,
     }
 }
 
-/* vjp of softplus [model.py:21], double */
+/* vjp of softplus [model.py:23], double */
 void softplus__vjp_f64(int64_t n,
                        const double *restrict x,
                        const double *restrict grad,
@@ -720,13 +720,13 @@ void softplus__vjp_f64(int64_t n,
     SG_ROWS(156250, sg_rows_softplus__vjp_f64, x, grad, grad_x);
 }
 
-/* vjp of softplus [model.py:21], double: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
+/* vjp of softplus [model.py:23], double: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
 void softplus__vjp_f64__ptrs(int64_t n, void *const *p)
 {
     softplus__vjp_f64(n, p[0], p[1], p[2]);
 }
 
-/* jvp of softplus [model.py:21], double: rows sg_lo to sg_hi - 1 */
+/* jvp of softplus [model.py:23], double: rows sg_lo to sg_hi - 1 */
 static SG_NOINLINE void sg_rows_softplus__jvp_f64(int64_t sg_lo, int64_t sg_hi,
                                                   const double *restrict x,
                                                   const double *restrict tangent_x,
@@ -741,7 +741,7 @@ static SG_NOINLINE void sg_rows_softplus__jvp_f64(int64_t sg_lo, int64_t sg_hi,
     }
 }
 
-/* jvp of softplus [model.py:21], double */
+/* jvp of softplus [model.py:23], double */
 void softplus__jvp_f64(int64_t n,
                        const double *restrict x,
                        const double *restrict tangent_x,
@@ -751,13 +751,13 @@ void softplus__jvp_f64(int64_t n,
     SG_ROWS(89285, sg_rows_softplus__jvp_f64, x, tangent_x, out, jvp_out);
 }
 
-/* jvp of softplus [model.py:21], double: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
+/* jvp of softplus [model.py:23], double: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
 void softplus__jvp_f64__ptrs(int64_t n, void *const *p)
 {
     softplus__jvp_f64(n, p[0], p[1], p[2], p[3]);
 }
 
-/* value_and_jacobian of softplus [model.py:21], double: rows sg_lo to sg_hi - 1 */
+/* value_and_jacobian of softplus [model.py:23], double: rows sg_lo to sg_hi - 1 */
 static SG_NOINLINE void sg_rows_softplus__value_and_jacobian_f64(int64_t sg_lo, int64_t sg_hi,
                                                                  const double *restrict x,
                                                                  double *restrict out,
@@ -771,7 +771,7 @@ static SG_NOINLINE void sg_rows_softplus__value_and_jacobian_f64(int64_t sg_lo, 
     }
 }
 
-/* value_and_jacobian of softplus [model.py:21], double */
+/* value_and_jacobian of softplus [model.py:23], double */
 void softplus__value_and_jacobian_f64(int64_t n,
                                       const double *restrict x,
                                       double *restrict out,
@@ -780,13 +780,13 @@ void softplus__value_and_jacobian_f64(int64_t n,
     SG_ROWS(92592, sg_rows_softplus__value_and_jacobian_f64, x, out, jacobian);
 }
 
-/* value_and_jacobian of softplus [model.py:21], double: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
+/* value_and_jacobian of softplus [model.py:23], double: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
 void softplus__value_and_jacobian_f64__ptrs(int64_t n, void *const *p)
 {
     softplus__value_and_jacobian_f64(n, p[0], p[1], p[2]);
 }
 
-/* value_and_vjp of softplus [model.py:21], float: rows sg_lo to sg_hi - 1 */
+/* value_and_vjp of softplus [model.py:23], float: rows sg_lo to sg_hi - 1 */
 static SG_NOINLINE void sg_rows_softplus__value_and_vjp_f32(int64_t sg_lo, int64_t sg_hi,
                                                             const float *restrict x,
                                                             const float *restrict grad,
@@ -809,7 +809,7 @@ static SG_NOINLINE void sg_rows_softplus__value_and_vjp_f32(int64_t sg_lo, int64
     }
 }
 
-/* value_and_vjp of softplus [model.py:21], float */
+/* value_and_vjp of softplus [model.py:23], float */
 void softplus__value_and_vjp_f32(int64_t n,
                                  const float *restrict x,
                                  const float *restrict grad,
@@ -819,13 +819,13 @@ void softplus__value_and_vjp_f32(int64_t n,
     SG_ROWS(178571, sg_rows_softplus__value_and_vjp_f32, x, grad, out, grad_x);
 }
 
-/* value_and_vjp of softplus [model.py:21], float: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
+/* value_and_vjp of softplus [model.py:23], float: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
 void softplus__value_and_vjp_f32__ptrs(int64_t n, void *const *p)
 {
     softplus__value_and_vjp_f32(n, p[0], p[1], p[2], p[3]);
 }
 
-/* forward of softplus [model.py:21], float: rows sg_lo to sg_hi - 1 */
+/* forward of softplus [model.py:23], float: rows sg_lo to sg_hi - 1 */
 static SG_NOINLINE void sg_rows_softplus__forward_f32(int64_t sg_lo, int64_t sg_hi,
                                                       const float *restrict x,
                                                       float *restrict out)
@@ -842,19 +842,19 @@ static SG_NOINLINE void sg_rows_softplus__forward_f32(int64_t sg_lo, int64_t sg_
     }
 }
 
-/* forward of softplus [model.py:21], float */
+/* forward of softplus [model.py:23], float */
 void softplus__forward_f32(int64_t n, const float *restrict x, float *restrict out)
 {
     SG_ROWS(200000, sg_rows_softplus__forward_f32, x, out);
 }
 
-/* forward of softplus [model.py:21], float: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
+/* forward of softplus [model.py:23], float: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
 void softplus__forward_f32__ptrs(int64_t n, void *const *p)
 {
     softplus__forward_f32(n, p[0], p[1]);
 }
 
-/* vjp of softplus [model.py:21], float: rows sg_lo to sg_hi - 1 */
+/* vjp of softplus [model.py:23], float: rows sg_lo to sg_hi - 1 */
 static SG_NOINLINE void sg_rows_softplus__vjp_f32(int64_t sg_lo, int64_t sg_hi,
                                                   const float *restrict x,
                                                   const float *restrict grad,
@@ -874,19 +874,19 @@ static SG_NOINLINE void sg_rows_softplus__vjp_f32(int64_t sg_lo, int64_t sg_hi,
     }
 }
 
-/* vjp of softplus [model.py:21], float */
+/* vjp of softplus [model.py:23], float */
 void softplus__vjp_f32(int64_t n, const float *restrict x, const float *restrict grad, float *restrict grad_x)
 {
     SG_ROWS(200000, sg_rows_softplus__vjp_f32, x, grad, grad_x);
 }
 
-/* vjp of softplus [model.py:21], float: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
+/* vjp of softplus [model.py:23], float: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
 void softplus__vjp_f32__ptrs(int64_t n, void *const *p)
 {
     softplus__vjp_f32(n, p[0], p[1], p[2]);
 }
 
-/* jvp of softplus [model.py:21], float: rows sg_lo to sg_hi - 1 */
+/* jvp of softplus [model.py:23], float: rows sg_lo to sg_hi - 1 */
 static SG_NOINLINE void sg_rows_softplus__jvp_f32(int64_t sg_lo, int64_t sg_hi,
                                                   const float *restrict x,
                                                   const float *restrict tangent_x,
@@ -909,7 +909,7 @@ static SG_NOINLINE void sg_rows_softplus__jvp_f32(int64_t sg_lo, int64_t sg_hi,
     }
 }
 
-/* jvp of softplus [model.py:21], float */
+/* jvp of softplus [model.py:23], float */
 void softplus__jvp_f32(int64_t n,
                        const float *restrict x,
                        const float *restrict tangent_x,
@@ -919,13 +919,13 @@ void softplus__jvp_f32(int64_t n,
     SG_ROWS(178571, sg_rows_softplus__jvp_f32, x, tangent_x, out, jvp_out);
 }
 
-/* jvp of softplus [model.py:21], float: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
+/* jvp of softplus [model.py:23], float: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
 void softplus__jvp_f32__ptrs(int64_t n, void *const *p)
 {
     softplus__jvp_f32(n, p[0], p[1], p[2], p[3]);
 }
 
-/* value_and_jacobian of softplus [model.py:21], float: rows sg_lo to sg_hi - 1 */
+/* value_and_jacobian of softplus [model.py:23], float: rows sg_lo to sg_hi - 1 */
 static SG_NOINLINE void sg_rows_softplus__value_and_jacobian_f32(int64_t sg_lo, int64_t sg_hi,
                                                                  const float *restrict x,
                                                                  float *restrict out,
@@ -947,7 +947,7 @@ static SG_NOINLINE void sg_rows_softplus__value_and_jacobian_f32(int64_t sg_lo, 
     }
 }
 
-/* value_and_jacobian of softplus [model.py:21], float */
+/* value_and_jacobian of softplus [model.py:23], float */
 void softplus__value_and_jacobian_f32(int64_t n,
                                       const float *restrict x,
                                       float *restrict out,
@@ -956,17 +956,17 @@ void softplus__value_and_jacobian_f32(int64_t n,
     SG_ROWS(185185, sg_rows_softplus__value_and_jacobian_f32, x, out, jacobian);
 }
 
-/* value_and_jacobian of softplus [model.py:21], float: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
+/* value_and_jacobian of softplus [model.py:23], float: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
 void softplus__value_and_jacobian_f32__ptrs(int64_t n, void *const *p)
 {
     softplus__value_and_jacobian_f32(n, p[0], p[1], p[2]);
 }
 
-/* ---- blend [model.py:27] ----
+/* ---- blend [model.py:29] ----
    out = exp(-y**2)*sin(x) + log1p(x**2*y**2)
    vjp x: grad*(exp(-y**2)*cos(x) + 2*x*y**2/(1 + x**2*y**2))
    vjp y: grad*(-2*y*exp(-y**2)*sin(x) + 2*x**2*y/(1 + x**2*y**2)) */
-/* value_and_vjp of blend [model.py:27], double: rows sg_lo to sg_hi - 1 */
+/* value_and_vjp of blend [model.py:29], double: rows sg_lo to sg_hi - 1 */
 static SG_NOINLINE void sg_rows_blend__value_and_vjp_f64(int64_t sg_lo, int64_t sg_hi,
                                                          const double *restrict x,
                                                          const double *restrict y,
@@ -989,7 +989,7 @@ static SG_NOINLINE void sg_rows_blend__value_and_vjp_f64(int64_t sg_lo, int64_t 
     }
 }
 
-/* value_and_vjp of blend [model.py:27], double */
+/* value_and_vjp of blend [model.py:29], double */
 void blend__value_and_vjp_f64(int64_t n,
                               const double *restrict x,
                               const double *restrict y,
@@ -1001,13 +1001,13 @@ void blend__value_and_vjp_f64(int64_t n,
     SG_ROWS(42372, sg_rows_blend__value_and_vjp_f64, x, y, grad, out, grad_x, grad_y);
 }
 
-/* value_and_vjp of blend [model.py:27], double: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
+/* value_and_vjp of blend [model.py:29], double: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
 void blend__value_and_vjp_f64__ptrs(int64_t n, void *const *p)
 {
     blend__value_and_vjp_f64(n, p[0], p[1], p[2], p[3], p[4], p[5]);
 }
 
-/* forward of blend [model.py:27], double: rows sg_lo to sg_hi - 1 */
+/* forward of blend [model.py:29], double: rows sg_lo to sg_hi - 1 */
 static SG_NOINLINE void sg_rows_blend__forward_f64(int64_t sg_lo, int64_t sg_hi,
                                                    const double *restrict x,
                                                    const double *restrict y,
@@ -1020,19 +1020,19 @@ static SG_NOINLINE void sg_rows_blend__forward_f64(int64_t sg_lo, int64_t sg_hi,
     }
 }
 
-/* forward of blend [model.py:27], double */
+/* forward of blend [model.py:29], double */
 void blend__forward_f64(int64_t n, const double *restrict x, const double *restrict y, double *restrict out)
 {
     SG_ROWS(71428, sg_rows_blend__forward_f64, x, y, out);
 }
 
-/* forward of blend [model.py:27], double: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
+/* forward of blend [model.py:29], double: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
 void blend__forward_f64__ptrs(int64_t n, void *const *p)
 {
     blend__forward_f64(n, p[0], p[1], p[2]);
 }
 
-/* vjp of blend [model.py:27], double: rows sg_lo to sg_hi - 1 */
+/* vjp of blend [model.py:29], double: rows sg_lo to sg_hi - 1 */
 static SG_NOINLINE void sg_rows_blend__vjp_f64(int64_t sg_lo, int64_t sg_hi,
                                                const double *restrict x,
                                                const double *restrict y,
@@ -1051,7 +1051,7 @@ static SG_NOINLINE void sg_rows_blend__vjp_f64(int64_t sg_lo, int64_t sg_hi,
     }
 }
 
-/* vjp of blend [model.py:27], double */
+/* vjp of blend [model.py:29], double */
 void blend__vjp_f64(int64_t n,
                     const double *restrict x,
                     const double *restrict y,
@@ -1062,13 +1062,13 @@ void blend__vjp_f64(int64_t n,
     SG_ROWS(52083, sg_rows_blend__vjp_f64, x, y, grad, grad_x, grad_y);
 }
 
-/* vjp of blend [model.py:27], double: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
+/* vjp of blend [model.py:29], double: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
 void blend__vjp_f64__ptrs(int64_t n, void *const *p)
 {
     blend__vjp_f64(n, p[0], p[1], p[2], p[3], p[4]);
 }
 
-/* jvp of blend [model.py:27], double: rows sg_lo to sg_hi - 1 */
+/* jvp of blend [model.py:29], double: rows sg_lo to sg_hi - 1 */
 static SG_NOINLINE void sg_rows_blend__jvp_f64(int64_t sg_lo, int64_t sg_hi,
                                                const double *restrict x,
                                                const double *restrict y,
@@ -1090,7 +1090,7 @@ static SG_NOINLINE void sg_rows_blend__jvp_f64(int64_t sg_lo, int64_t sg_hi,
     }
 }
 
-/* jvp of blend [model.py:27], double */
+/* jvp of blend [model.py:29], double */
 void blend__jvp_f64(int64_t n,
                     const double *restrict x,
                     const double *restrict y,
@@ -1102,13 +1102,13 @@ void blend__jvp_f64(int64_t n,
     SG_ROWS(41666, sg_rows_blend__jvp_f64, x, y, tangent_x, tangent_y, out, jvp_out);
 }
 
-/* jvp of blend [model.py:27], double: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
+/* jvp of blend [model.py:29], double: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
 void blend__jvp_f64__ptrs(int64_t n, void *const *p)
 {
     blend__jvp_f64(n, p[0], p[1], p[2], p[3], p[4], p[5]);
 }
 
-/* value_and_jacobian of blend [model.py:27], double: rows sg_lo to sg_hi - 1 */
+/* value_and_jacobian of blend [model.py:29], double: rows sg_lo to sg_hi - 1 */
 static SG_NOINLINE void sg_rows_blend__value_and_jacobian_f64(int64_t sg_lo, int64_t sg_hi,
                                                               const double *restrict x,
                                                               const double *restrict y,
@@ -1129,7 +1129,7 @@ static SG_NOINLINE void sg_rows_blend__value_and_jacobian_f64(int64_t sg_lo, int
     }
 }
 
-/* value_and_jacobian of blend [model.py:27], double */
+/* value_and_jacobian of blend [model.py:29], double */
 void blend__value_and_jacobian_f64(int64_t n,
                                    const double *restrict x,
                                    const double *restrict y,
@@ -1139,13 +1139,13 @@ void blend__value_and_jacobian_f64(int64_t n,
     SG_ROWS(43859, sg_rows_blend__value_and_jacobian_f64, x, y, out, jacobian);
 }
 
-/* value_and_jacobian of blend [model.py:27], double: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
+/* value_and_jacobian of blend [model.py:29], double: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
 void blend__value_and_jacobian_f64__ptrs(int64_t n, void *const *p)
 {
     blend__value_and_jacobian_f64(n, p[0], p[1], p[2], p[3]);
 }
 
-/* value_and_vjp of blend [model.py:27], float: rows sg_lo to sg_hi - 1 */
+/* value_and_vjp of blend [model.py:29], float: rows sg_lo to sg_hi - 1 */
 static SG_NOINLINE void sg_rows_blend__value_and_vjp_f32(int64_t sg_lo, int64_t sg_hi,
                                                          const float *restrict x,
                                                          const float *restrict y,
@@ -1168,7 +1168,7 @@ static SG_NOINLINE void sg_rows_blend__value_and_vjp_f32(int64_t sg_lo, int64_t 
     }
 }
 
-/* value_and_vjp of blend [model.py:27], float */
+/* value_and_vjp of blend [model.py:29], float */
 void blend__value_and_vjp_f32(int64_t n,
                               const float *restrict x,
                               const float *restrict y,
@@ -1180,13 +1180,13 @@ void blend__value_and_vjp_f32(int64_t n,
     SG_ROWS(84745, sg_rows_blend__value_and_vjp_f32, x, y, grad, out, grad_x, grad_y);
 }
 
-/* value_and_vjp of blend [model.py:27], float: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
+/* value_and_vjp of blend [model.py:29], float: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
 void blend__value_and_vjp_f32__ptrs(int64_t n, void *const *p)
 {
     blend__value_and_vjp_f32(n, p[0], p[1], p[2], p[3], p[4], p[5]);
 }
 
-/* forward of blend [model.py:27], float: rows sg_lo to sg_hi - 1 */
+/* forward of blend [model.py:29], float: rows sg_lo to sg_hi - 1 */
 static SG_NOINLINE void sg_rows_blend__forward_f32(int64_t sg_lo, int64_t sg_hi,
                                                    const float *restrict x,
                                                    const float *restrict y,
@@ -1206,19 +1206,19 @@ static SG_NOINLINE void sg_rows_blend__forward_f32(int64_t sg_lo, int64_t sg_hi,
     }
 }
 
-/* forward of blend [model.py:27], float */
+/* forward of blend [model.py:29], float */
 void blend__forward_f32(int64_t n, const float *restrict x, const float *restrict y, float *restrict out)
 {
     SG_ROWS(142857, sg_rows_blend__forward_f32, x, y, out);
 }
 
-/* forward of blend [model.py:27], float: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
+/* forward of blend [model.py:29], float: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
 void blend__forward_f32__ptrs(int64_t n, void *const *p)
 {
     blend__forward_f32(n, p[0], p[1], p[2]);
 }
 
-/* vjp of blend [model.py:27], float: rows sg_lo to sg_hi - 1 */
+/* vjp of blend [model.py:29], float: rows sg_lo to sg_hi - 1 */
 static SG_NOINLINE void sg_rows_blend__vjp_f32(int64_t sg_lo, int64_t sg_hi,
                                                const float *restrict x,
                                                const float *restrict y,
@@ -1237,7 +1237,7 @@ static SG_NOINLINE void sg_rows_blend__vjp_f32(int64_t sg_lo, int64_t sg_hi,
     }
 }
 
-/* vjp of blend [model.py:27], float */
+/* vjp of blend [model.py:29], float */
 void blend__vjp_f32(int64_t n,
                     const float *restrict x,
                     const float *restrict y,
@@ -1248,13 +1248,13 @@ void blend__vjp_f32(int64_t n,
     SG_ROWS(104166, sg_rows_blend__vjp_f32, x, y, grad, grad_x, grad_y);
 }
 
-/* vjp of blend [model.py:27], float: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
+/* vjp of blend [model.py:29], float: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
 void blend__vjp_f32__ptrs(int64_t n, void *const *p)
 {
     blend__vjp_f32(n, p[0], p[1], p[2], p[3], p[4]);
 }
 
-/* jvp of blend [model.py:27], float: rows sg_lo to sg_hi - 1 */
+/* jvp of blend [model.py:29], float: rows sg_lo to sg_hi - 1 */
 static SG_NOINLINE void sg_rows_blend__jvp_f32(int64_t sg_lo, int64_t sg_hi,
                                                const float *restrict x,
                                                const float *restrict y,
@@ -1276,7 +1276,7 @@ static SG_NOINLINE void sg_rows_blend__jvp_f32(int64_t sg_lo, int64_t sg_hi,
     }
 }
 
-/* jvp of blend [model.py:27], float */
+/* jvp of blend [model.py:29], float */
 void blend__jvp_f32(int64_t n,
                     const float *restrict x,
                     const float *restrict y,
@@ -1288,13 +1288,13 @@ void blend__jvp_f32(int64_t n,
     SG_ROWS(83333, sg_rows_blend__jvp_f32, x, y, tangent_x, tangent_y, out, jvp_out);
 }
 
-/* jvp of blend [model.py:27], float: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
+/* jvp of blend [model.py:29], float: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
 void blend__jvp_f32__ptrs(int64_t n, void *const *p)
 {
     blend__jvp_f32(n, p[0], p[1], p[2], p[3], p[4], p[5]);
 }
 
-/* value_and_jacobian of blend [model.py:27], float: rows sg_lo to sg_hi - 1 */
+/* value_and_jacobian of blend [model.py:29], float: rows sg_lo to sg_hi - 1 */
 static SG_NOINLINE void sg_rows_blend__value_and_jacobian_f32(int64_t sg_lo, int64_t sg_hi,
                                                               const float *restrict x,
                                                               const float *restrict y,
@@ -1315,7 +1315,7 @@ static SG_NOINLINE void sg_rows_blend__value_and_jacobian_f32(int64_t sg_lo, int
     }
 }
 
-/* value_and_jacobian of blend [model.py:27], float */
+/* value_and_jacobian of blend [model.py:29], float */
 void blend__value_and_jacobian_f32(int64_t n,
                                    const float *restrict x,
                                    const float *restrict y,
@@ -1325,16 +1325,16 @@ void blend__value_and_jacobian_f32(int64_t n,
     SG_ROWS(87719, sg_rows_blend__value_and_jacobian_f32, x, y, out, jacobian);
 }
 
-/* value_and_jacobian of blend [model.py:27], float: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
+/* value_and_jacobian of blend [model.py:29], float: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
 void blend__value_and_jacobian_f32__ptrs(int64_t n, void *const *p)
 {
     blend__value_and_jacobian_f32(n, p[0], p[1], p[2], p[3]);
 }
 
-/* ---- gelu_tanh [model.py:32] ----
+/* ---- gelu_tanh [model.py:34] ----
    out = 0.5*x*(1 + tanh(sqrt(2)*(x + 0.044715*x**3)/sqrt(pi)))
    vjp x: grad*(0.5 + 0.5*tanh(sqrt(2)*(x + 0.044715*x**3)/sqrt(pi)) + 0.5*sqrt(2)*x*(1 - tanh(sqrt(2)*(x + 0.044715*x**3)/sqrt(pi))**2)*(1 + 0.134145*x**2)/sqrt(pi)) */
-/* value_and_vjp of gelu_tanh [model.py:32], double: rows sg_lo to sg_hi - 1 */
+/* value_and_vjp of gelu_tanh [model.py:34], double: rows sg_lo to sg_hi - 1 */
 static SG_NOINLINE void sg_rows_gelu_tanh__value_and_vjp_f64(int64_t sg_lo, int64_t sg_hi,
                                                              const double *restrict x,
                                                              const double *restrict grad,
@@ -1351,7 +1351,7 @@ static SG_NOINLINE void sg_rows_gelu_tanh__value_and_vjp_f64(int64_t sg_lo, int6
     }
 }
 
-/* value_and_vjp of gelu_tanh [model.py:32], double */
+/* value_and_vjp of gelu_tanh [model.py:34], double */
 void gelu_tanh__value_and_vjp_f64(int64_t n,
                                   const double *restrict x,
                                   const double *restrict grad,
@@ -1361,13 +1361,13 @@ void gelu_tanh__value_and_vjp_f64(int64_t n,
     SG_ROWS(73529, sg_rows_gelu_tanh__value_and_vjp_f64, x, grad, out, grad_x);
 }
 
-/* value_and_vjp of gelu_tanh [model.py:32], double: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
+/* value_and_vjp of gelu_tanh [model.py:34], double: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
 void gelu_tanh__value_and_vjp_f64__ptrs(int64_t n, void *const *p)
 {
     gelu_tanh__value_and_vjp_f64(n, p[0], p[1], p[2], p[3]);
 }
 
-/* forward of gelu_tanh [model.py:32], double: rows sg_lo to sg_hi - 1 */
+/* forward of gelu_tanh [model.py:34], double: rows sg_lo to sg_hi - 1 */
 static SG_NOINLINE void sg_rows_gelu_tanh__forward_f64(int64_t sg_lo, int64_t sg_hi,
                                                        const double *restrict x,
                                                        double *restrict out)
@@ -1378,19 +1378,19 @@ static SG_NOINLINE void sg_rows_gelu_tanh__forward_f64(int64_t sg_lo, int64_t sg
     }
 }
 
-/* forward of gelu_tanh [model.py:32], double */
+/* forward of gelu_tanh [model.py:34], double */
 void gelu_tanh__forward_f64(int64_t n, const double *restrict x, double *restrict out)
 {
     SG_ROWS(113636, sg_rows_gelu_tanh__forward_f64, x, out);
 }
 
-/* forward of gelu_tanh [model.py:32], double: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
+/* forward of gelu_tanh [model.py:34], double: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
 void gelu_tanh__forward_f64__ptrs(int64_t n, void *const *p)
 {
     gelu_tanh__forward_f64(n, p[0], p[1]);
 }
 
-/* vjp of gelu_tanh [model.py:32], double: rows sg_lo to sg_hi - 1 */
+/* vjp of gelu_tanh [model.py:34], double: rows sg_lo to sg_hi - 1 */
 static SG_NOINLINE void sg_rows_gelu_tanh__vjp_f64(int64_t sg_lo, int64_t sg_hi,
                                                    const double *restrict x,
                                                    const double *restrict grad,
@@ -1404,7 +1404,7 @@ static SG_NOINLINE void sg_rows_gelu_tanh__vjp_f64(int64_t sg_lo, int64_t sg_hi,
     }
 }
 
-/* vjp of gelu_tanh [model.py:32], double */
+/* vjp of gelu_tanh [model.py:34], double */
 void gelu_tanh__vjp_f64(int64_t n,
                         const double *restrict x,
                         const double *restrict grad,
@@ -1413,13 +1413,13 @@ void gelu_tanh__vjp_f64(int64_t n,
     SG_ROWS(78125, sg_rows_gelu_tanh__vjp_f64, x, grad, grad_x);
 }
 
-/* vjp of gelu_tanh [model.py:32], double: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
+/* vjp of gelu_tanh [model.py:34], double: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
 void gelu_tanh__vjp_f64__ptrs(int64_t n, void *const *p)
 {
     gelu_tanh__vjp_f64(n, p[0], p[1], p[2]);
 }
 
-/* jvp of gelu_tanh [model.py:32], double: rows sg_lo to sg_hi - 1 */
+/* jvp of gelu_tanh [model.py:34], double: rows sg_lo to sg_hi - 1 */
 static SG_NOINLINE void sg_rows_gelu_tanh__jvp_f64(int64_t sg_lo, int64_t sg_hi,
                                                    const double *restrict x,
                                                    const double *restrict tangent_x,
@@ -1436,7 +1436,7 @@ static SG_NOINLINE void sg_rows_gelu_tanh__jvp_f64(int64_t sg_lo, int64_t sg_hi,
     }
 }
 
-/* jvp of gelu_tanh [model.py:32], double */
+/* jvp of gelu_tanh [model.py:34], double */
 void gelu_tanh__jvp_f64(int64_t n,
                         const double *restrict x,
                         const double *restrict tangent_x,
@@ -1446,13 +1446,13 @@ void gelu_tanh__jvp_f64(int64_t n,
     SG_ROWS(73529, sg_rows_gelu_tanh__jvp_f64, x, tangent_x, out, jvp_out);
 }
 
-/* jvp of gelu_tanh [model.py:32], double: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
+/* jvp of gelu_tanh [model.py:34], double: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
 void gelu_tanh__jvp_f64__ptrs(int64_t n, void *const *p)
 {
     gelu_tanh__jvp_f64(n, p[0], p[1], p[2], p[3]);
 }
 
-/* value_and_jacobian of gelu_tanh [model.py:32], double: rows sg_lo to sg_hi - 1 */
+/* value_and_jacobian of gelu_tanh [model.py:34], double: rows sg_lo to sg_hi - 1 */
 static SG_NOINLINE void sg_rows_gelu_tanh__value_and_jacobian_f64(int64_t sg_lo, int64_t sg_hi,
                                                                   const double *restrict x,
                                                                   double *restrict out,
@@ -1468,7 +1468,7 @@ static SG_NOINLINE void sg_rows_gelu_tanh__value_and_jacobian_f64(int64_t sg_lo,
     }
 }
 
-/* value_and_jacobian of gelu_tanh [model.py:32], double */
+/* value_and_jacobian of gelu_tanh [model.py:34], double */
 void gelu_tanh__value_and_jacobian_f64(int64_t n,
                                        const double *restrict x,
                                        double *restrict out,
@@ -1477,13 +1477,13 @@ void gelu_tanh__value_and_jacobian_f64(int64_t n,
     SG_ROWS(75757, sg_rows_gelu_tanh__value_and_jacobian_f64, x, out, jacobian);
 }
 
-/* value_and_jacobian of gelu_tanh [model.py:32], double: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
+/* value_and_jacobian of gelu_tanh [model.py:34], double: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
 void gelu_tanh__value_and_jacobian_f64__ptrs(int64_t n, void *const *p)
 {
     gelu_tanh__value_and_jacobian_f64(n, p[0], p[1], p[2]);
 }
 
-/* value_and_vjp of gelu_tanh [model.py:32], float: rows sg_lo to sg_hi - 1 */
+/* value_and_vjp of gelu_tanh [model.py:34], float: rows sg_lo to sg_hi - 1 */
 static SG_NOINLINE void sg_rows_gelu_tanh__value_and_vjp_f32(int64_t sg_lo, int64_t sg_hi,
                                                              const float *restrict x,
                                                              const float *restrict grad,
@@ -1510,7 +1510,7 @@ static SG_NOINLINE void sg_rows_gelu_tanh__value_and_vjp_f32(int64_t sg_lo, int6
     }
 }
 
-/* value_and_vjp of gelu_tanh [model.py:32], float */
+/* value_and_vjp of gelu_tanh [model.py:34], float */
 void gelu_tanh__value_and_vjp_f32(int64_t n,
                                   const float *restrict x,
                                   const float *restrict grad,
@@ -1520,13 +1520,13 @@ void gelu_tanh__value_and_vjp_f32(int64_t n,
     SG_ROWS(147058, sg_rows_gelu_tanh__value_and_vjp_f32, x, grad, out, grad_x);
 }
 
-/* value_and_vjp of gelu_tanh [model.py:32], float: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
+/* value_and_vjp of gelu_tanh [model.py:34], float: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
 void gelu_tanh__value_and_vjp_f32__ptrs(int64_t n, void *const *p)
 {
     gelu_tanh__value_and_vjp_f32(n, p[0], p[1], p[2], p[3]);
 }
 
-/* forward of gelu_tanh [model.py:32], float: rows sg_lo to sg_hi - 1 */
+/* forward of gelu_tanh [model.py:34], float: rows sg_lo to sg_hi - 1 */
 static SG_NOINLINE void sg_rows_gelu_tanh__forward_f32(int64_t sg_lo, int64_t sg_hi,
                                                        const float *restrict x,
                                                        float *restrict out)
@@ -1543,19 +1543,19 @@ static SG_NOINLINE void sg_rows_gelu_tanh__forward_f32(int64_t sg_lo, int64_t sg
     }
 }
 
-/* forward of gelu_tanh [model.py:32], float */
+/* forward of gelu_tanh [model.py:34], float */
 void gelu_tanh__forward_f32(int64_t n, const float *restrict x, float *restrict out)
 {
     SG_ROWS(200000, sg_rows_gelu_tanh__forward_f32, x, out);
 }
 
-/* forward of gelu_tanh [model.py:32], float: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
+/* forward of gelu_tanh [model.py:34], float: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
 void gelu_tanh__forward_f32__ptrs(int64_t n, void *const *p)
 {
     gelu_tanh__forward_f32(n, p[0], p[1]);
 }
 
-/* vjp of gelu_tanh [model.py:32], float: rows sg_lo to sg_hi - 1 */
+/* vjp of gelu_tanh [model.py:34], float: rows sg_lo to sg_hi - 1 */
 static SG_NOINLINE void sg_rows_gelu_tanh__vjp_f32(int64_t sg_lo, int64_t sg_hi,
                                                    const float *restrict x,
                                                    const float *restrict grad,
@@ -1577,7 +1577,7 @@ static SG_NOINLINE void sg_rows_gelu_tanh__vjp_f32(int64_t sg_lo, int64_t sg_hi,
     }
 }
 
-/* vjp of gelu_tanh [model.py:32], float */
+/* vjp of gelu_tanh [model.py:34], float */
 void gelu_tanh__vjp_f32(int64_t n,
                         const float *restrict x,
                         const float *restrict grad,
@@ -1586,13 +1586,13 @@ void gelu_tanh__vjp_f32(int64_t n,
     SG_ROWS(156250, sg_rows_gelu_tanh__vjp_f32, x, grad, grad_x);
 }
 
-/* vjp of gelu_tanh [model.py:32], float: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
+/* vjp of gelu_tanh [model.py:34], float: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
 void gelu_tanh__vjp_f32__ptrs(int64_t n, void *const *p)
 {
     gelu_tanh__vjp_f32(n, p[0], p[1], p[2]);
 }
 
-/* jvp of gelu_tanh [model.py:32], float: rows sg_lo to sg_hi - 1 */
+/* jvp of gelu_tanh [model.py:34], float: rows sg_lo to sg_hi - 1 */
 static SG_NOINLINE void sg_rows_gelu_tanh__jvp_f32(int64_t sg_lo, int64_t sg_hi,
                                                    const float *restrict x,
                                                    const float *restrict tangent_x,
@@ -1619,7 +1619,7 @@ static SG_NOINLINE void sg_rows_gelu_tanh__jvp_f32(int64_t sg_lo, int64_t sg_hi,
     }
 }
 
-/* jvp of gelu_tanh [model.py:32], float */
+/* jvp of gelu_tanh [model.py:34], float */
 void gelu_tanh__jvp_f32(int64_t n,
                         const float *restrict x,
                         const float *restrict tangent_x,
@@ -1629,13 +1629,13 @@ void gelu_tanh__jvp_f32(int64_t n,
     SG_ROWS(147058, sg_rows_gelu_tanh__jvp_f32, x, tangent_x, out, jvp_out);
 }
 
-/* jvp of gelu_tanh [model.py:32], float: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
+/* jvp of gelu_tanh [model.py:34], float: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
 void gelu_tanh__jvp_f32__ptrs(int64_t n, void *const *p)
 {
     gelu_tanh__jvp_f32(n, p[0], p[1], p[2], p[3]);
 }
 
-/* value_and_jacobian of gelu_tanh [model.py:32], float: rows sg_lo to sg_hi - 1 */
+/* value_and_jacobian of gelu_tanh [model.py:34], float: rows sg_lo to sg_hi - 1 */
 static SG_NOINLINE void sg_rows_gelu_tanh__value_and_jacobian_f32(int64_t sg_lo, int64_t sg_hi,
                                                                   const float *restrict x,
                                                                   float *restrict out,
@@ -1661,7 +1661,7 @@ static SG_NOINLINE void sg_rows_gelu_tanh__value_and_jacobian_f32(int64_t sg_lo,
     }
 }
 
-/* value_and_jacobian of gelu_tanh [model.py:32], float */
+/* value_and_jacobian of gelu_tanh [model.py:34], float */
 void gelu_tanh__value_and_jacobian_f32(int64_t n,
                                        const float *restrict x,
                                        float *restrict out,
@@ -1670,18 +1670,18 @@ void gelu_tanh__value_and_jacobian_f32(int64_t n,
     SG_ROWS(151515, sg_rows_gelu_tanh__value_and_jacobian_f32, x, out, jacobian);
 }
 
-/* value_and_jacobian of gelu_tanh [model.py:32], float: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
+/* value_and_jacobian of gelu_tanh [model.py:34], float: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
 void gelu_tanh__value_and_jacobian_f32__ptrs(int64_t n, void *const *p)
 {
     gelu_tanh__value_and_jacobian_f32(n, p[0], p[1], p[2]);
 }
 
-/* ---- polar [model.py:38] ----
+/* ---- polar [model.py:40] ----
    out0 = r*cos(theta)
    out1 = r*sin(theta)
    vjp r: grad_out0*cos(theta) + grad_out1*sin(theta)
    vjp theta: grad_out1*r*cos(theta) - grad_out0*r*sin(theta) */
-/* value_and_vjp of polar [model.py:38], double: rows sg_lo to sg_hi - 1 */
+/* value_and_vjp of polar [model.py:40], double: rows sg_lo to sg_hi - 1 */
 static SG_NOINLINE void sg_rows_polar__value_and_vjp_f64(int64_t sg_lo, int64_t sg_hi,
                                                          const double *restrict r,
                                                          const double *restrict theta,
@@ -1704,7 +1704,7 @@ static SG_NOINLINE void sg_rows_polar__value_and_vjp_f64(int64_t sg_lo, int64_t 
     }
 }
 
-/* value_and_vjp of polar [model.py:38], double */
+/* value_and_vjp of polar [model.py:40], double */
 void polar__value_and_vjp_f64(int64_t n,
                               const double *restrict r,
                               const double *restrict theta,
@@ -1718,13 +1718,13 @@ void polar__value_and_vjp_f64(int64_t n,
     SG_ROWS(86206, sg_rows_polar__value_and_vjp_f64, r, theta, grad_out0, grad_out1, out0, out1, grad_r, grad_theta);
 }
 
-/* value_and_vjp of polar [model.py:38], double: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
+/* value_and_vjp of polar [model.py:40], double: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
 void polar__value_and_vjp_f64__ptrs(int64_t n, void *const *p)
 {
     polar__value_and_vjp_f64(n, p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7]);
 }
 
-/* forward of polar [model.py:38], double: rows sg_lo to sg_hi - 1 */
+/* forward of polar [model.py:40], double: rows sg_lo to sg_hi - 1 */
 static SG_NOINLINE void sg_rows_polar__forward_f64(int64_t sg_lo, int64_t sg_hi,
                                                    const double *restrict r,
                                                    const double *restrict theta,
@@ -1738,7 +1738,7 @@ static SG_NOINLINE void sg_rows_polar__forward_f64(int64_t sg_lo, int64_t sg_hi,
     }
 }
 
-/* forward of polar [model.py:38], double */
+/* forward of polar [model.py:40], double */
 void polar__forward_f64(int64_t n,
                         const double *restrict r,
                         const double *restrict theta,
@@ -1748,13 +1748,13 @@ void polar__forward_f64(int64_t n,
     SG_ROWS(113636, sg_rows_polar__forward_f64, r, theta, out0, out1);
 }
 
-/* forward of polar [model.py:38], double: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
+/* forward of polar [model.py:40], double: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
 void polar__forward_f64__ptrs(int64_t n, void *const *p)
 {
     polar__forward_f64(n, p[0], p[1], p[2], p[3]);
 }
 
-/* vjp of polar [model.py:38], double: rows sg_lo to sg_hi - 1 */
+/* vjp of polar [model.py:40], double: rows sg_lo to sg_hi - 1 */
 static SG_NOINLINE void sg_rows_polar__vjp_f64(int64_t sg_lo, int64_t sg_hi,
                                                const double *restrict r,
                                                const double *restrict theta,
@@ -1772,7 +1772,7 @@ static SG_NOINLINE void sg_rows_polar__vjp_f64(int64_t sg_lo, int64_t sg_hi,
     }
 }
 
-/* vjp of polar [model.py:38], double */
+/* vjp of polar [model.py:40], double */
 void polar__vjp_f64(int64_t n,
                     const double *restrict r,
                     const double *restrict theta,
@@ -1784,13 +1784,13 @@ void polar__vjp_f64(int64_t n,
     SG_ROWS(89285, sg_rows_polar__vjp_f64, r, theta, grad_out0, grad_out1, grad_r, grad_theta);
 }
 
-/* vjp of polar [model.py:38], double: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
+/* vjp of polar [model.py:40], double: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
 void polar__vjp_f64__ptrs(int64_t n, void *const *p)
 {
     polar__vjp_f64(n, p[0], p[1], p[2], p[3], p[4], p[5]);
 }
 
-/* jvp of polar [model.py:38], double: rows sg_lo to sg_hi - 1 */
+/* jvp of polar [model.py:40], double: rows sg_lo to sg_hi - 1 */
 static SG_NOINLINE void sg_rows_polar__jvp_f64(int64_t sg_lo, int64_t sg_hi,
                                                const double *restrict r,
                                                const double *restrict theta,
@@ -1814,7 +1814,7 @@ static SG_NOINLINE void sg_rows_polar__jvp_f64(int64_t sg_lo, int64_t sg_hi,
     }
 }
 
-/* jvp of polar [model.py:38], double */
+/* jvp of polar [model.py:40], double */
 void polar__jvp_f64(int64_t n,
                     const double *restrict r,
                     const double *restrict theta,
@@ -1828,13 +1828,13 @@ void polar__jvp_f64(int64_t n,
     SG_ROWS(89285, sg_rows_polar__jvp_f64, r, theta, tangent_r, tangent_theta, out0, out1, jvp_out0, jvp_out1);
 }
 
-/* jvp of polar [model.py:38], double: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
+/* jvp of polar [model.py:40], double: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
 void polar__jvp_f64__ptrs(int64_t n, void *const *p)
 {
     polar__jvp_f64(n, p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7]);
 }
 
-/* value_and_jacobian of polar [model.py:38], double: rows sg_lo to sg_hi - 1 */
+/* value_and_jacobian of polar [model.py:40], double: rows sg_lo to sg_hi - 1 */
 static SG_NOINLINE void sg_rows_polar__value_and_jacobian_f64(int64_t sg_lo, int64_t sg_hi,
                                                               const double *restrict r,
                                                               const double *restrict theta,
@@ -1857,7 +1857,7 @@ static SG_NOINLINE void sg_rows_polar__value_and_jacobian_f64(int64_t sg_lo, int
     }
 }
 
-/* value_and_jacobian of polar [model.py:38], double */
+/* value_and_jacobian of polar [model.py:40], double */
 void polar__value_and_jacobian_f64(int64_t n,
                                    const double *restrict r,
                                    const double *restrict theta,
@@ -1868,13 +1868,13 @@ void polar__value_and_jacobian_f64(int64_t n,
     SG_ROWS(108695, sg_rows_polar__value_and_jacobian_f64, r, theta, out0, out1, jacobian);
 }
 
-/* value_and_jacobian of polar [model.py:38], double: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
+/* value_and_jacobian of polar [model.py:40], double: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
 void polar__value_and_jacobian_f64__ptrs(int64_t n, void *const *p)
 {
     polar__value_and_jacobian_f64(n, p[0], p[1], p[2], p[3], p[4]);
 }
 
-/* value_and_vjp of polar [model.py:38], float: rows sg_lo to sg_hi - 1 */
+/* value_and_vjp of polar [model.py:40], float: rows sg_lo to sg_hi - 1 */
 static SG_NOINLINE void sg_rows_polar__value_and_vjp_f32(int64_t sg_lo, int64_t sg_hi,
                                                          const float *restrict r,
                                                          const float *restrict theta,
@@ -1909,7 +1909,7 @@ static SG_NOINLINE void sg_rows_polar__value_and_vjp_f32(int64_t sg_lo, int64_t 
     }
 }
 
-/* value_and_vjp of polar [model.py:38], float */
+/* value_and_vjp of polar [model.py:40], float */
 void polar__value_and_vjp_f32(int64_t n,
                               const float *restrict r,
                               const float *restrict theta,
@@ -1923,13 +1923,13 @@ void polar__value_and_vjp_f32(int64_t n,
     SG_ROWS(172413, sg_rows_polar__value_and_vjp_f32, r, theta, grad_out0, grad_out1, out0, out1, grad_r, grad_theta);
 }
 
-/* value_and_vjp of polar [model.py:38], float: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
+/* value_and_vjp of polar [model.py:40], float: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
 void polar__value_and_vjp_f32__ptrs(int64_t n, void *const *p)
 {
     polar__value_and_vjp_f32(n, p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7]);
 }
 
-/* forward of polar [model.py:38], float: rows sg_lo to sg_hi - 1 */
+/* forward of polar [model.py:40], float: rows sg_lo to sg_hi - 1 */
 static SG_NOINLINE void sg_rows_polar__forward_f32(int64_t sg_lo, int64_t sg_hi,
                                                    const float *restrict r,
                                                    const float *restrict theta,
@@ -1950,7 +1950,7 @@ static SG_NOINLINE void sg_rows_polar__forward_f32(int64_t sg_lo, int64_t sg_hi,
     }
 }
 
-/* forward of polar [model.py:38], float */
+/* forward of polar [model.py:40], float */
 void polar__forward_f32(int64_t n,
                         const float *restrict r,
                         const float *restrict theta,
@@ -1960,13 +1960,13 @@ void polar__forward_f32(int64_t n,
     SG_ROWS(200000, sg_rows_polar__forward_f32, r, theta, out0, out1);
 }
 
-/* forward of polar [model.py:38], float: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
+/* forward of polar [model.py:40], float: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
 void polar__forward_f32__ptrs(int64_t n, void *const *p)
 {
     polar__forward_f32(n, p[0], p[1], p[2], p[3]);
 }
 
-/* vjp of polar [model.py:38], float: rows sg_lo to sg_hi - 1 */
+/* vjp of polar [model.py:40], float: rows sg_lo to sg_hi - 1 */
 static SG_NOINLINE void sg_rows_polar__vjp_f32(int64_t sg_lo, int64_t sg_hi,
                                                const float *restrict r,
                                                const float *restrict theta,
@@ -1993,7 +1993,7 @@ static SG_NOINLINE void sg_rows_polar__vjp_f32(int64_t sg_lo, int64_t sg_hi,
     }
 }
 
-/* vjp of polar [model.py:38], float */
+/* vjp of polar [model.py:40], float */
 void polar__vjp_f32(int64_t n,
                     const float *restrict r,
                     const float *restrict theta,
@@ -2005,13 +2005,13 @@ void polar__vjp_f32(int64_t n,
     SG_ROWS(178571, sg_rows_polar__vjp_f32, r, theta, grad_out0, grad_out1, grad_r, grad_theta);
 }
 
-/* vjp of polar [model.py:38], float: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
+/* vjp of polar [model.py:40], float: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
 void polar__vjp_f32__ptrs(int64_t n, void *const *p)
 {
     polar__vjp_f32(n, p[0], p[1], p[2], p[3], p[4], p[5]);
 }
 
-/* jvp of polar [model.py:38], float: rows sg_lo to sg_hi - 1 */
+/* jvp of polar [model.py:40], float: rows sg_lo to sg_hi - 1 */
 static SG_NOINLINE void sg_rows_polar__jvp_f32(int64_t sg_lo, int64_t sg_hi,
                                                const float *restrict r,
                                                const float *restrict theta,
@@ -2048,7 +2048,7 @@ static SG_NOINLINE void sg_rows_polar__jvp_f32(int64_t sg_lo, int64_t sg_hi,
     }
 }
 
-/* jvp of polar [model.py:38], float */
+/* jvp of polar [model.py:40], float */
 void polar__jvp_f32(int64_t n,
                     const float *restrict r,
                     const float *restrict theta,
@@ -2062,13 +2062,13 @@ void polar__jvp_f32(int64_t n,
     SG_ROWS(178571, sg_rows_polar__jvp_f32, r, theta, tangent_r, tangent_theta, out0, out1, jvp_out0, jvp_out1);
 }
 
-/* jvp of polar [model.py:38], float: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
+/* jvp of polar [model.py:40], float: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
 void polar__jvp_f32__ptrs(int64_t n, void *const *p)
 {
     polar__jvp_f32(n, p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7]);
 }
 
-/* value_and_jacobian of polar [model.py:38], float: rows sg_lo to sg_hi - 1 */
+/* value_and_jacobian of polar [model.py:40], float: rows sg_lo to sg_hi - 1 */
 static SG_NOINLINE void sg_rows_polar__value_and_jacobian_f32(int64_t sg_lo, int64_t sg_hi,
                                                               const float *restrict r,
                                                               const float *restrict theta,
@@ -2106,7 +2106,7 @@ static SG_NOINLINE void sg_rows_polar__value_and_jacobian_f32(int64_t sg_lo, int
     }
 }
 
-/* value_and_jacobian of polar [model.py:38], float */
+/* value_and_jacobian of polar [model.py:40], float */
 void polar__value_and_jacobian_f32(int64_t n,
                                    const float *restrict r,
                                    const float *restrict theta,
@@ -2117,7 +2117,7 @@ void polar__value_and_jacobian_f32(int64_t n,
     SG_ROWS(200000, sg_rows_polar__value_and_jacobian_f32, r, theta, out0, out1, jacobian);
 }
 
-/* value_and_jacobian of polar [model.py:38], float: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
+/* value_and_jacobian of polar [model.py:40], float: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
 void polar__value_and_jacobian_f32__ptrs(int64_t n, void *const *p)
 {
     polar__value_and_jacobian_f32(n, p[0], p[1], p[2], p[3], p[4]);

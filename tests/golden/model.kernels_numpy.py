@@ -2,11 +2,11 @@
 # Regenerate with: symgrad compile model.py
 import numpy
 
-from symgrad import npfuncs as _sg
+from symgrad.backends import npfuncs as _sg
 
 
 def square__value_and_vjp(x, grad):
-    """value_and_vjp of square [model.py:10]."""
+    """value_and_vjp of square [model.py:12]."""
     with numpy.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
         out = (x*x)  # out = x**2
         grad_x = 2*grad*x  # grad_x = d(out)/dx . grad
@@ -14,21 +14,21 @@ def square__value_and_vjp(x, grad):
 
 
 def square__forward(x):
-    """forward of square [model.py:10]."""
+    """forward of square [model.py:12]."""
     with numpy.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
         out = (x*x)  # out = x**2
     return (out,)
 
 
 def square__vjp(x, grad):
-    """vjp of square [model.py:10]."""
+    """vjp of square [model.py:12]."""
     with numpy.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
         grad_x = 2*grad*x  # grad_x = d(out)/dx . grad
     return (grad_x,)
 
 
 def square__jvp(x, tangent_x):
-    """jvp of square [model.py:10]."""
+    """jvp of square [model.py:12]."""
     with numpy.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
         out = (x*x)  # out = x**2
         jvp_out = 2*tangent_x*x
@@ -36,7 +36,7 @@ def square__jvp(x, tangent_x):
 
 
 def square__value_and_jacobian(x):
-    """value_and_jacobian of square [model.py:10]."""
+    """value_and_jacobian of square [model.py:12]."""
     with numpy.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
         out = (x*x)  # out = x**2
         jacobian_0_0 = 2*x
@@ -44,7 +44,7 @@ def square__value_and_jacobian(x):
 
 
 def neo_relu__value_and_vjp(x, grad):
-    """value_and_vjp of neo_relu [model.py:15]."""
+    """value_and_vjp of neo_relu [model.py:17]."""
     with numpy.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
         dtype = numpy.result_type(x, grad)
         out = numpy.where((x > 0), x, -0.1)  # out = where(x > 0, x, -0.1)
@@ -53,14 +53,14 @@ def neo_relu__value_and_vjp(x, grad):
 
 
 def neo_relu__forward(x):
-    """forward of neo_relu [model.py:15]."""
+    """forward of neo_relu [model.py:17]."""
     with numpy.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
         out = numpy.where((x > 0), x, -0.1)  # out = where(x > 0, x, -0.1)
     return (out,)
 
 
 def neo_relu__vjp(x, grad):
-    """vjp of neo_relu [model.py:15]."""
+    """vjp of neo_relu [model.py:17]."""
     with numpy.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
         dtype = numpy.result_type(x, grad)
         grad_x = grad*numpy.where((x > 0), 1, 0).astype(dtype)  # grad_x = d(out)/dx . grad
@@ -68,7 +68,7 @@ def neo_relu__vjp(x, grad):
 
 
 def neo_relu__jvp(x, tangent_x):
-    """jvp of neo_relu [model.py:15]."""
+    """jvp of neo_relu [model.py:17]."""
     with numpy.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
         dtype = numpy.result_type(x, tangent_x)
         out = numpy.where((x > 0), x, -0.1)  # out = where(x > 0, x, -0.1)
@@ -77,7 +77,7 @@ def neo_relu__jvp(x, tangent_x):
 
 
 def neo_relu__value_and_jacobian(x):
-    """value_and_jacobian of neo_relu [model.py:15]."""
+    """value_and_jacobian of neo_relu [model.py:17]."""
     with numpy.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
         dtype = numpy.result_type(x)
         out = numpy.where((x > 0), x, -0.1)  # out = where(x > 0, x, -0.1)
@@ -86,7 +86,7 @@ def neo_relu__value_and_jacobian(x):
 
 
 def softplus__value_and_vjp(x, grad):
-    """value_and_vjp of softplus [model.py:21]."""
+    """value_and_vjp of softplus [model.py:23]."""
     with numpy.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
         t0 = numpy.exp(-numpy.abs(x))
         out = numpy.where((x > 0), x, 0) + numpy.log1p(t0)  # out = softplus(x)
@@ -95,14 +95,14 @@ def softplus__value_and_vjp(x, grad):
 
 
 def softplus__forward(x):
-    """forward of softplus [model.py:21]."""
+    """forward of softplus [model.py:23]."""
     with numpy.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
         out = numpy.where((x > 0), x, 0) + numpy.log1p(numpy.exp(-numpy.abs(x)))  # out = softplus(x)
     return (out,)
 
 
 def softplus__vjp(x, grad):
-    """vjp of softplus [model.py:21]."""
+    """vjp of softplus [model.py:23]."""
     with numpy.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
         t0 = numpy.exp(-numpy.abs(x))
         grad_x = grad*numpy.where((x >= 0), 1, t0)/(1 + t0)  # grad_x = d(out)/dx . grad
@@ -110,7 +110,7 @@ def softplus__vjp(x, grad):
 
 
 def softplus__jvp(x, tangent_x):
-    """jvp of softplus [model.py:21]."""
+    """jvp of softplus [model.py:23]."""
     with numpy.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
         t0 = numpy.exp(-numpy.abs(x))
         out = numpy.where((x > 0), x, 0) + numpy.log1p(t0)  # out = softplus(x)
@@ -119,7 +119,7 @@ def softplus__jvp(x, tangent_x):
 
 
 def softplus__value_and_jacobian(x):
-    """value_and_jacobian of softplus [model.py:21]."""
+    """value_and_jacobian of softplus [model.py:23]."""
     with numpy.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
         t0 = numpy.exp(-numpy.abs(x))
         out = numpy.where((x > 0), x, 0) + numpy.log1p(t0)  # out = softplus(x)
@@ -128,7 +128,7 @@ def softplus__value_and_jacobian(x):
 
 
 def blend__value_and_vjp(x, y, grad):
-    """value_and_vjp of blend [model.py:27]."""
+    """value_and_vjp of blend [model.py:29]."""
     with numpy.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
         t0 = (y*y)
         t1 = (x*x)
@@ -143,7 +143,7 @@ def blend__value_and_vjp(x, y, grad):
 
 
 def blend__forward(x, y):
-    """forward of blend [model.py:27]."""
+    """forward of blend [model.py:29]."""
     with numpy.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
         t0 = (y*y)
         out = numpy.exp(-t0)*numpy.sin(x) + numpy.log1p(t0*(x*x))  # out = exp(-y**2)*sin(x) + log1p(x**2*y**2)
@@ -151,7 +151,7 @@ def blend__forward(x, y):
 
 
 def blend__vjp(x, y, grad):
-    """vjp of blend [model.py:27]."""
+    """vjp of blend [model.py:29]."""
     with numpy.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
         t0 = (y*y)
         t1 = (x*x)
@@ -163,7 +163,7 @@ def blend__vjp(x, y, grad):
 
 
 def blend__jvp(x, y, tangent_x, tangent_y):
-    """jvp of blend [model.py:27]."""
+    """jvp of blend [model.py:29]."""
     with numpy.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
         t0 = (y*y)
         t1 = (x*x)
@@ -177,7 +177,7 @@ def blend__jvp(x, y, tangent_x, tangent_y):
 
 
 def blend__value_and_jacobian(x, y):
-    """value_and_jacobian of blend [model.py:27]."""
+    """value_and_jacobian of blend [model.py:29]."""
     with numpy.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
         t0 = (y*y)
         t1 = (x*x)
@@ -192,7 +192,7 @@ def blend__value_and_jacobian(x, y):
 
 
 def gelu_tanh__value_and_vjp(x, grad):
-    """value_and_vjp of gelu_tanh [model.py:32]."""
+    """value_and_vjp of gelu_tanh [model.py:34]."""
     with numpy.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
         t0 = 0.5*x
         t1 = float(numpy.sqrt(2)/numpy.sqrt(numpy.pi))
@@ -203,14 +203,14 @@ def gelu_tanh__value_and_vjp(x, grad):
 
 
 def gelu_tanh__forward(x):
-    """forward of gelu_tanh [model.py:32]."""
+    """forward of gelu_tanh [model.py:34]."""
     with numpy.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
         out = 0.5*x*(1 + numpy.tanh(float(numpy.sqrt(2))*(x + 0.044715*(x*x*x))/float(numpy.sqrt(numpy.pi))))  # out = 0.5*x*(1 + tanh(sqrt(2)*(x + 0.044715*x**3)/sqrt(pi)))
     return (out,)
 
 
 def gelu_tanh__vjp(x, grad):
-    """vjp of gelu_tanh [model.py:32]."""
+    """vjp of gelu_tanh [model.py:34]."""
     with numpy.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
         t1 = float(numpy.sqrt(2)/numpy.sqrt(numpy.pi))
         t2 = numpy.tanh(t1*(x + 0.044715*(x*x*x)))
@@ -219,7 +219,7 @@ def gelu_tanh__vjp(x, grad):
 
 
 def gelu_tanh__jvp(x, tangent_x):
-    """jvp of gelu_tanh [model.py:32]."""
+    """jvp of gelu_tanh [model.py:34]."""
     with numpy.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
         t0 = 0.5*x
         t1 = float(numpy.sqrt(2)/numpy.sqrt(numpy.pi))
@@ -230,7 +230,7 @@ def gelu_tanh__jvp(x, tangent_x):
 
 
 def gelu_tanh__value_and_jacobian(x):
-    """value_and_jacobian of gelu_tanh [model.py:32]."""
+    """value_and_jacobian of gelu_tanh [model.py:34]."""
     with numpy.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
         t0 = 0.5*x
         t1 = float(numpy.sqrt(2)/numpy.sqrt(numpy.pi))
@@ -241,7 +241,7 @@ def gelu_tanh__value_and_jacobian(x):
 
 
 def polar__value_and_vjp(r, theta, grad_out0, grad_out1):
-    """value_and_vjp of polar [model.py:38]."""
+    """value_and_vjp of polar [model.py:40]."""
     with numpy.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
         t0 = numpy.cos(theta)
         out0 = r*t0  # out0 = r*cos(theta)
@@ -254,7 +254,7 @@ def polar__value_and_vjp(r, theta, grad_out0, grad_out1):
 
 
 def polar__forward(r, theta):
-    """forward of polar [model.py:38]."""
+    """forward of polar [model.py:40]."""
     with numpy.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
         out0 = r*numpy.cos(theta)  # out0 = r*cos(theta)
         out1 = r*numpy.sin(theta)  # out1 = r*sin(theta)
@@ -262,7 +262,7 @@ def polar__forward(r, theta):
 
 
 def polar__vjp(r, theta, grad_out0, grad_out1):
-    """vjp of polar [model.py:38]."""
+    """vjp of polar [model.py:40]."""
     with numpy.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
         t0 = numpy.cos(theta)
         t1 = numpy.sin(theta)
@@ -272,7 +272,7 @@ def polar__vjp(r, theta, grad_out0, grad_out1):
 
 
 def polar__jvp(r, theta, tangent_r, tangent_theta):
-    """jvp of polar [model.py:38]."""
+    """jvp of polar [model.py:40]."""
     with numpy.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
         t0 = numpy.cos(theta)
         t1 = r*t0
@@ -286,7 +286,7 @@ def polar__jvp(r, theta, tangent_r, tangent_theta):
 
 
 def polar__value_and_jacobian(r, theta):
-    """value_and_jacobian of polar [model.py:38]."""
+    """value_and_jacobian of polar [model.py:40]."""
     with numpy.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
         t0 = numpy.cos(theta)
         t1 = r*t0

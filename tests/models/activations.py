@@ -1,4 +1,5 @@
 """Activation and loss functions as users write them (naive forms on purpose: symgrad must stabilise them)."""
+
 import symgrad as sg
 
 
@@ -99,7 +100,7 @@ def softshrink(x):
 
 @sg.function
 def gaussian(x):
-    return sg.exp(-x**2)
+    return sg.exp(-(x**2))
 
 
 @sg.function
@@ -150,4 +151,4 @@ def bce_with_logits(x, t):
 
 @sg.function
 def mse(x, t):
-    return (x - t)**2
+    return (x - t) ** 2

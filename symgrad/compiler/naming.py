@@ -5,20 +5,15 @@ User names are kept where possible (``x``, ``cam_3``); anything else is sanitize
 names reserved in C (``_X``, ``__x``) get a leading ``v``, and C/Python keywords, libm and generated-code
 names get a trailing ``_``. Nothing a user writes can reach generated code except through ``sanitize``.
 """
+
 from __future__ import annotations
 
 import keyword
 import re
 import unicodedata
 
-C_RESERVED = frozenset("""
-auto break case char const continue default do double else enum extern float for goto if inline int long
-register restrict return short signed sizeof static struct switch typedef union unsigned void volatile while
-_Bool _Complex _Imaginary bool true false NULL main errno
-exp expf log logf sin sinf cos cosf tan tanf sqrt sqrtf pow powf fabs fabsf floor ceil erf erfc tanh
-asin acos atan atan2 sinh cosh asinh acosh atanh log1p expm1 fmax fmin copysign isnan isinf nan
-int64_t int32_t size_t ptrdiff_t uint64_t
-""".split())
+from symgrad.abi import C_RESERVED
+
 PY_RESERVED = frozenset(keyword.kwlist) | {"numpy", "math", "_sg", "None", "True", "False"}
 #: Names the emitters use for their own locals (row indices, count, strides, the NumPy kernels' dtype).
 GENERATED = frozenset({"i", "j", "n", "k", "stride", "dtype"})
@@ -53,10 +48,12 @@ def _transliterate(name: str) -> str:
 
 def sanitize(name: str) -> str:
     """A safe identifier derived from ``name``."""
-    clean = re.sub(r"[^A-Za-z0-9_]", "_", _transliterate(name).encode("ascii", "replace").decode("ascii")) or "_"
+    clean = (
+        re.sub(r"[^A-Za-z0-9_]", "_", _transliterate(name).encode("ascii", "replace").decode("ascii")) or "_"
+    )
     if clean[0].isdigit():
         clean = "_" + clean
-    if re.match(r"_[A-Z_]", clean):        # reserved for the implementation in C (and dunder in Python)
+    if re.match(r"_[A-Z_]", clean):  # reserved for the implementation in C (and dunder in Python)
         clean = "v" + clean
     if clean in RESERVED or clean.startswith("sg_"):
         clean = clean + "_"
@@ -73,7 +70,7 @@ class Namer:
         base = sanitize(wanted)
         name, k = base, 1
         while name in self._used:
-            name = sanitize(f"{base}_{k}")     # '_' + '_1' would be the reserved '__1'
+            name = sanitize(f"{base}_{k}")  # '_' + '_1' would be the reserved '__1'
             k += 1
         self._used.add(name)
         return name

@@ -1,4 +1,4 @@
-"""The C backend: builds a package's ``kernels.c`` with cffi (cached, see ``symgrad.build_c``) and runs it.
+"""The C backend: builds a package's ``kernels.c`` with cffi (cached, see ``symgrad.backends.c.cffi_build``) and runs it.
 
 ``run(inputs, batch_shape)`` materializes each input as a contiguous, aligned array of exactly
 ``batch_shape + slot.shape`` (no copy when it already is one), allocates the results (large ones from
@@ -15,6 +15,7 @@ the NumPy code that runs between kernel calls. Even a short spin (``GOMP_SPINCOU
 digits MLP 22x slower: the spinning thread holds a core that OpenBLAS's matmul threads need. The price is
 the wake-up, 60-120 us per parallel loop on the 2-core VMs, which the loops' thresholds account for.
 """
+
 from __future__ import annotations
 
 import os
@@ -22,11 +23,12 @@ from math import copysign, prod
 
 import numpy as np
 
-from .. import build_c
-from . import BackendUnavailable, Package, Run, direct, pool, register_backend
+from symgrad import abi
+from symgrad.backends.base import Package, Run
+from symgrad.backends.c import cffi_build, direct, pool
+from symgrad.errors import BackendUnavailable
 
-_SUFFIX = {np.dtype(np.float64): "f64", np.dtype(np.float32): "f32"}
-_loaded: list = []       # cffi modules loaded in this process (for set_num_threads)
+_loaded: list = []  # cffi modules loaded in this process (for set_num_threads)
 
 
 def set_num_threads(k: int) -> None:
@@ -49,19 +51,25 @@ class CKernels:
         manifest = package.manifest
         if "c" not in manifest.get("files", {}):
             raise BackendUnavailable(f"{package.path} has no C kernels (recompile it with symgrad)")
-        os.environ.setdefault("OMP_WAIT_POLICY", "passive")      # before libgomp loads; see the docstring
+        os.environ.setdefault("OMP_WAIT_POLICY", "passive")  # before libgomp loads; see the docstring
         source = package.read("c")
-        self.module = build_c.load(source, build_c.cdef_from_manifest(manifest),
-                                   label=f"{manifest.get('source', package.path.name)} "
-                                         f"({package.path / manifest['files']['c']})")
+        self.module = cffi_build.load(
+            source,
+            abi.cdef_from_manifest(manifest),
+            label=f"{manifest.get('source', package.path.name)} ({package.path / manifest['files']['c']})",
+        )
         if self.module not in _loaded:
             _loaded.append(self.module)
         self.ffi, self.lib = self.module.ffi, self.module.lib
         # per program: input shapes (None for a uniform input, passed by value) and output shapes
-        self.slots = {(f.get("ident", f["name"]), p): ([None if s.get("uniform") else tuple(s["shape"])
-                                                        for s in slots["inputs"]],
-                                                       [tuple(s["shape"]) for s in slots["outputs"]])
-                      for f in manifest["functions"] for p, slots in f["programs"].items()}
+        self.slots = {
+            (f.get("ident", f["name"]), p): (
+                [None if s.get("uniform") else tuple(s["shape"]) for s in slots["inputs"]],
+                [tuple(s["shape"]) for s in slots["outputs"]],
+            )
+            for f in manifest["functions"]
+            for p, slots in f["programs"].items()
+        }
         self._runs: dict[tuple, Run] = {}
 
     def program(self, function: str, program: str, dtype: np.dtype) -> Run:
@@ -69,16 +77,17 @@ class CKernels:
         key = (function, program, dtype)
         if key not in self._runs:
             try:
-                suffix = _SUFFIX[dtype]
+                suffix = abi.DTYPE_SUFFIX[dtype]
             except KeyError:
                 raise TypeError(f"{function}: the C kernels take float32 or float64, not {dtype}") from None
             in_shapes, out_shapes = self.slots[(function, program)]
-            name = f"{function}__{program}_{suffix}"
+            name = abi.kernel_symbol(function, program, suffix)
             call = direct.caller()
             if call is not None and len(in_shapes) + len(out_shapes) <= direct.MAX_ARRAYS:
-                entry = self.ffi.addressof(self.lib, name + build_c.POINTERS_SUFFIX)
-                self._runs[key] = _direct_run(call, int(self.ffi.cast("uintptr_t", entry)), dtype, in_shapes,
-                                              out_shapes)
+                entry = self.ffi.addressof(self.lib, name + abi.POINTERS_SUFFIX)
+                self._runs[key] = _direct_run(
+                    call, int(self.ffi.cast("uintptr_t", entry)), dtype, in_shapes, out_shapes
+                )
             else:
                 self._runs[key] = _make_run(getattr(self.lib, name), self.ffi, dtype, in_shapes, out_shapes)
         return self._runs[key]
@@ -90,14 +99,14 @@ def _direct_run(call, address: int, dtype: np.dtype, in_shapes: list[tuple], out
     ndarray, empty, pooled = np.ndarray, np.empty, pool.empty
     ins, outs = tuple(in_shapes), tuple(out_shapes)
     n_in, itemsize = len(ins), dtype.itemsize
-    elementwise = all(s == () for s in ins)         # (no uniform input either)
+    elementwise = all(s == () for s in ins)  # (no uniform input either)
     single = len(outs) == 1 and outs[0] == ()
-    pair = outs if len(outs) == 2 else None         # (value, Jacobian) and other two-result programs
+    pair = outs if len(outs) == 2 else None  # (value, Jacobian) and other two-result programs
     # batches of fewer elements than this get plain np.empty results, without the pool's call
     small = pool.POOL_MIN // dtype.itemsize // max([1, *(prod(t) for t in outs)])
 
     def run(inputs: tuple, batch: tuple, out: tuple | None = None) -> tuple:
-        if len(inputs) != n_in:         # the kernel would read or write past the pointers it is given
+        if len(inputs) != n_in:  # the kernel would read or write past the pointers it is given
             raise TypeError(f"kernel takes {n_in} inputs, got {len(inputs)}")
         n = 1
         for d in batch:
@@ -110,7 +119,7 @@ def _direct_run(call, address: int, dtype: np.dtype, in_shapes: list[tuple], out
                 args.append(a)
         else:
             for a, tail in zip(inputs, ins):
-                if tail is None:         # uniform: one number (the boundary checked it is one), 0-d
+                if tail is None:  # uniform: one number (the boundary checked it is one), 0-d
                     args.append(np.array(a, dtype))
                     continue
                 full = batch + tail
@@ -121,7 +130,7 @@ def _direct_run(call, address: int, dtype: np.dtype, in_shapes: list[tuple], out
             make = empty if n < small else pooled
             if single:
                 out = (make(batch, dtype),)
-            elif pair:                  # no comprehension: it costs as much as an allocation
+            elif pair:  # no comprehension: it costs as much as an allocation
                 out = (make(batch + pair[0], dtype), make(batch + pair[1], dtype))
             else:
                 out = tuple([make(batch + tail, dtype) for tail in outs])
@@ -131,12 +140,12 @@ def _direct_run(call, address: int, dtype: np.dtype, in_shapes: list[tuple], out
             args += out
             try:
                 call(*args)
-            except ValueError:          # an input that is not C-contiguous or not aligned: copy it, retry
+            except ValueError:  # an input that is not C-contiguous or not aligned: copy it, retry
                 for k in range(n_in):
                     a = args[4 + k]
                     if not _usable(a.flags):
                         args[4 + k] = _materialize(a, a.shape, dtype)
-                call(*args)             # (out= results were checked at the boundary)
+                call(*args)  # (out= results were checked at the boundary)
         return out
 
     return run
@@ -144,7 +153,7 @@ def _direct_run(call, address: int, dtype: np.dtype, in_shapes: list[tuple], out
 
 def _make_run(fn, ffi, dtype: np.dtype, in_shapes: list[tuple], out_shapes: list[tuple]) -> Run:
     """``run`` through cffi's call (where ``direct`` cannot be built, or for more than its MAX_ARRAYS)."""
-    ctype = ffi.typeof(f"{build_c.C_TYPES[_SUFFIX[dtype]]}[]")
+    ctype = ffi.typeof(f"{abi.C_TYPES[abi.DTYPE_SUFFIX[dtype]]}[]")
     from_buffer = ffi.from_buffer
     ndarray, empty = np.ndarray, pool.empty
     ins = tuple(in_shapes)
@@ -155,7 +164,7 @@ def _make_run(fn, ffi, dtype: np.dtype, in_shapes: list[tuple], out_shapes: list
             raise TypeError(f"kernel takes {len(ins)} inputs, got {len(inputs)}")
         args = [prod(batch)]
         for a, tail in zip(inputs, ins):
-            if tail is None:             # uniform: one number, by value (the boundary checked it is one)
+            if tail is None:  # uniform: one number, by value (the boundary checked it is one)
                 args.append(float(a))
                 continue
             full = batch + tail
@@ -186,7 +195,7 @@ _FILLED_MAX_ENTRIES, _FILLED_MAX_SIZE = 256, 4096
 def _materialize(a, full: tuple, dtype: np.dtype) -> np.ndarray:
     """``a`` broadcast to ``full`` as a C-contiguous, aligned array of ``dtype`` (the documented copy)."""
     if type(a) is float or type(a) is int:
-        key = (a, copysign(1.0, a), full, dtype)        # the sign keeps -0.0 apart from 0.0
+        key = (a, copysign(1.0, a), full, dtype)  # the sign keeps -0.0 apart from 0.0
         filled = _FILLED.get(key)
         if filled is None:
             filled = np.full(full, a, dtype)
@@ -197,7 +206,7 @@ def _materialize(a, full: tuple, dtype: np.dtype) -> np.ndarray:
                 _FILLED[key] = filled
         return filled
     if type(a) is np.ndarray and a.ndim == 0:
-        return np.full(full, a, dtype)      # a scalar: much cheaper than broadcast_to + copy
+        return np.full(full, a, dtype)  # a scalar: much cheaper than broadcast_to + copy
     a = np.ascontiguousarray(np.broadcast_to(a, full), dtype=dtype)
     return a if a.flags.aligned else a.copy()
 
@@ -207,6 +216,3 @@ class CBackend:
 
     def load(self, package: Package) -> CKernels:
         return CKernels(package)
-
-
-register_backend("c", CBackend)

@@ -1,4 +1,5 @@
 """Human-readable formulas: SymPy's str printer with ``where(...)`` for Piecewise, used in comments and `show`."""
+
 from __future__ import annotations
 
 import sympy
@@ -19,7 +20,11 @@ class TermOrder:
 class FormulaPrinter(TermOrder, StrPrinter):
     def _print_Piecewise(self, expr: sympy.Piecewise) -> str:
         *branches, (last, cond) = expr.args
-        text = self._print(last) if cond == sympy.true else f"where({self._print(cond)}, {self._print(last)}, nan)"
+        text = (
+            self._print(last)
+            if cond == sympy.true
+            else f"where({self._print(cond)}, {self._print(last)}, nan)"
+        )
         for value, c in reversed(branches):
             text = f"where({self._print(c)}, {self._print(value)}, {text})"
         return text

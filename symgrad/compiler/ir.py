@@ -5,6 +5,7 @@ A ``Kernel`` is one user function. It holds several ``Program``s (entry points s
 elementwise over a batch. A ``Slot`` is a named array argument or result with a per-element shape, so
 vector and matrix arguments (``sg.Vector(3)``) are just slots with more than one element symbol.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -12,7 +13,7 @@ from math import prod
 
 import sympy
 
-from .errors import SymgradError
+from symgrad.errors import SymgradError
 
 #: Slot roles. Inputs: 'arg' (a user argument), 'cotangent' (seed of a vjp), 'tangent' (seed of a jvp).
 #: Results: 'output', 'grad' (one per argument), 'jvp', 'jacobian'.
@@ -26,7 +27,7 @@ class Slot:
     shape: tuple[int, ...]
     symbols: tuple[sympy.Symbol, ...]
     role: str
-    of: str = ""          # for grads/cotangents/tangents: the argument or output they belong to
+    of: str = ""  # for grads/cotangents/tangents: the argument or output they belong to
     uniform: bool = False  # an argument with one value per call (a scalar passed by value), not per element
 
     @property
@@ -38,7 +39,7 @@ class Slot:
 class Assign:
     target: sympy.Symbol
     expr: sympy.Expr
-    note: str = ""        # formula comment shown in generated code
+    note: str = ""  # formula comment shown in generated code
 
     def __str__(self) -> str:
         note = f"    # {self.note}" if self.note else ""
@@ -82,17 +83,17 @@ class Program:
 class Kernel:
     """One compiled user function: its signature, its programs and its display formulas."""
 
-    name: str                                   # identifier used in generated code (sanitized)
-    public_name: str                            # the user's function name, as the compiled module exposes it
-    origin: str                                 # 'model.py:12'
+    name: str  # identifier used in generated code (sanitized)
+    public_name: str  # the user's function name, as the compiled module exposes it
+    origin: str  # 'model.py:12'
     doc: str
     args: tuple[Slot, ...]
     outputs: tuple[Slot, ...]
     returns_tuple: bool
     programs: tuple[Program, ...]
-    formulas: tuple[tuple[str, str], ...] = ()      # (output name, forward formula in user names)
-    derivatives: tuple[tuple[str, str], ...] = ()   # (argument name, closed-form vjp or '')
-    nondiff: tuple[str, ...] = ()                   # arguments without gradient slots or Jacobian columns
+    formulas: tuple[tuple[str, str], ...] = ()  # (output name, forward formula in user names)
+    derivatives: tuple[tuple[str, str], ...] = ()  # (argument name, closed-form vjp or '')
+    nondiff: tuple[str, ...] = ()  # arguments without gradient slots or Jacobian columns
     op_counts: tuple[tuple[str, int], ...] = field(default=())
 
     def program(self, name: str) -> Program:
@@ -101,7 +102,7 @@ class Kernel:
                 return p
         raise KeyError(f"{self.name} has no program {name!r}")
 
-    def validate(self) -> "Kernel":
+    def validate(self) -> Kernel:
         for p in self.programs:
             p.validate()
         return self

@@ -5,21 +5,31 @@ Two families:
   ``diff`` never produces ``Heaviside(0) = 1/2`` and NaN propagates like ``torch.maximum``;
 - *stability*: ``log(1 + exp(u))`` and ``log1p(exp(u))``, ``1/(1 + exp(-u))``, ``log(exp(a) + exp(b))``, ``log(1 + u)``, ``exp(u) - 1``
   become the primitives ``softplus``, ``sigmoid``, ``logaddexp``, ``log1p``, ``expm1`` whose printed forms never
-  overflow (see ``symgrad.primitives``).
+  overflow (see ``symgrad.compiler.primitives``).
 
 and ``hold-compared-piecewise``, which keeps a Piecewise that those rules make inside a condition from being
-folded into it (see ``symgrad.piecewise``).
+folded into it (see ``symgrad.compiler.piecewise``).
 """
+
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import sympy
 from sympy import Add, Eq, Heaviside, Max, Min, Mul, Piecewise, Pow, S, bottom_up, exp, log
 from sympy.logic.boolalg import Boolean
 
-from .piecewise import operands, piecewise
-from .primitives import expm1, log1p, logaddexp, logsigmoid, maximum, minimum, sigmoid, softplus
+from symgrad.compiler.piecewise import operands, piecewise
+from symgrad.compiler.primitives import (
+    expm1,
+    log1p,
+    logaddexp,
+    logsigmoid,
+    maximum,
+    minimum,
+    sigmoid,
+    softplus,
+)
 
 Rule = Callable[[sympy.Expr], "sympy.Expr | None"]
 
@@ -105,7 +115,7 @@ def rewrite_expm1(e: sympy.Expr) -> sympy.Expr | None:
 
 def hold_compared_piecewise(e: sympy.Basic) -> sympy.Basic | None:
     """A condition that compares a Piecewise (one a rule above made, as from ``Heaviside``) holds it as an
-    operand, before SymPy folds it into the condition (see ``symgrad.piecewise``)."""
+    operand, before SymPy folds it into the condition (see ``symgrad.compiler.piecewise``)."""
     if isinstance(e, Boolean) and not isinstance(e, sympy.Expr) and e.has(Piecewise):
         return operands(e)
     return None
@@ -147,8 +157,10 @@ def stabilize(expr: sympy.Expr) -> sympy.Expr:
     if expr.has(S.ComplexInfinity):
         expr = expr.xreplace({S.ComplexInfinity: S.NaN})
     if expr.has(S.ImaginaryUnit) and expr.has(Piecewise):
-        expr = expr.replace(lambda e: isinstance(e, Piecewise) and any(_non_real(v) for v, _ in e.args),
-                            lambda e: Piecewise(*[(S.NaN if _non_real(v) else v, c) for v, c in e.args]))
+        expr = expr.replace(
+            lambda e: isinstance(e, Piecewise) and any(_non_real(v) for v, _ in e.args),
+            lambda e: Piecewise(*[(S.NaN if _non_real(v) else v, c) for v, c in e.args]),
+        )
     for _ in range(8):
         new = bottom_up(expr, _apply_rules)
         if new == expr:

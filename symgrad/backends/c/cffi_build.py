@@ -6,14 +6,15 @@ into place, so concurrent builds of the same model all succeed and nobody import
 that fails to import is deleted and rebuilt. The key covers everything that changes the binary: the C
 text, the cdef, the compiler and its version, the flags, the CPU (``-march=native``), the Python ABI and
 the cffi/numpy versions. ``load_extension`` builds a plain CPython extension (the backend's direct call,
-``symgrad/backends/direct.py``) through the same cache.
+``symgrad/backends/c/direct.py``) through the same cache.
 
-The flags come from ``symgrad.toolchain`` (probed once per machine); no compiler at all raises
+The flags come from ``symgrad.backends.c.toolchain`` (probed once per machine); no compiler at all raises
 ``CompilerUnavailable`` so the caller can fall back to NumPy. ``SYMGRAD_SANITIZE=1`` builds every module
 with AddressSanitizer and UBSan (run Python with libasan preloaded, see ``make sanitize``).
 
 This module must not import SymPy: the runtime loads compiled packages with it.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -34,20 +35,23 @@ from dataclasses import asdict
 from pathlib import Path
 from types import ModuleType
 
-from .cache import cache_root, in_cache
-from .errors import CompileError
-from .toolchain import (CompilerUnavailable, Toolchain, debug, debug_command, forget_toolchain,
-                        run_command, toolchain)
+from symgrad.backends.c.toolchain import (
+    Toolchain,
+    debug,
+    debug_command,
+    forget_toolchain,
+    run_command,
+    toolchain,
+)
+from symgrad.build.cache import cache_root, in_cache
+from symgrad.errors import CompileError
 
-__all__ = ["load", "load_extension", "list_entries", "clear", "build_key", "module_name", "cdef_from_manifest",
-           "prototype", "CompilerUnavailable", "toolchain", "C_TYPES", "POINTERS_SUFFIX"]
+__all__ = ["load", "load_extension", "list_entries", "clear", "build_key", "module_name", "toolchain"]
 
-#: Bump when the build commands or the module layout change.
-BUILD_VERSION = "3"
-C_TYPES = {"f64": "double", "f32": "float"}
-#: The suffix of each kernel's entry that takes its arguments as an array of pointers, a uniform input as a
-#: pointer to its value: ``void <kernel>__<program>_<dtype>__ptrs(int64_t n, void *const *p)``.
-POINTERS_SUFFIX = "__ptrs"
+#: The build commands and module layout are this file and the toolchain probe: their text is in every key.
+BUILD_SOURCE_DIGEST = hashlib.sha256(
+    Path(__file__).read_bytes() + Path(__file__).with_name("toolchain.py").read_bytes()
+).hexdigest()
 
 #: Appended to every module: thread control for the OpenMP loops (no-ops without OpenMP).
 SUPPORT_SOURCE = """
@@ -64,37 +68,10 @@ int sg_get_max_threads(void) { return 1; }
 SUPPORT_CDEF = "void sg_set_num_threads(int);\nint sg_get_max_threads(void);"
 
 
-def prototype(name: str, params: list[str], lead: str = "void", first: str = "int64_t n") -> str:
-    """``void name(int64_t n, params...)``, wrapped one parameter per line when long."""
-    one_line = f"{lead} {name}({first}, {', '.join(params)})"
-    if len(one_line) <= 110:
-        return one_line
-    indent = " " * (len(lead) + len(name) + 2)
-    return f"{lead} {name}({first},\n" + ",\n".join(indent + p for p in params) + ")"
-
-
-def cdef_from_manifest(manifest: dict) -> str:
-    """The cffi cdef of a package's ``kernels.c``, from its manifest (same function set as the emitter):
-    each kernel and its pointer-array entry ``..._ptrs`` (see ``emitters/c.py``)."""
-    lines = []
-    for suffix, ctype in C_TYPES.items():
-        for fn in manifest["functions"]:
-            for program, slots in fn["programs"].items():
-                params = [f"const {ctype}" if s.get("uniform") else f"const {ctype} *" for s in slots["inputs"]]
-                params += [f"{ctype} *"] * len(slots["outputs"])
-                ident = fn.get("ident", fn["name"])
-                lines.append(f"void {ident}__{program}_{suffix}(int64_t, {', '.join(params)});")
-                lines.append(f"void {ident}__{program}_{suffix}{POINTERS_SUFFIX}(int64_t, void *const *);")
-    return "\n".join(sorted(lines))
-
-
-# -- toolchain --------------------------------------------------------------------------------------------
-
-# -- cache ------------------------------------------------------------------------------------------------
-
 def _versions() -> str:
     import _cffi_backend
     import numpy
+
     return f"cffi {_cffi_backend.__version__} numpy {numpy.__version__}"
 
 
@@ -103,14 +80,27 @@ def sanitize_flags() -> tuple[str, ...]:
     libasan preloaded)."""
     if os.environ.get("SYMGRAD_SANITIZE", "0") in ("", "0"):
         return ()
-    return ("-fsanitize=address,undefined", "-fno-sanitize-recover=undefined", "-fno-omit-frame-pointer", "-g")
+    return (
+        "-fsanitize=address,undefined",
+        "-fno-sanitize-recover=undefined",
+        "-fno-omit-frame-pointer",
+        "-g",
+    )
 
 
 def build_key(source: str, cdef: str, tc: Toolchain) -> str:
     h = hashlib.sha256()
-    for part in (BUILD_VERSION, source, cdef, SUPPORT_SOURCE, tc.identity(), " ".join(sanitize_flags()),
-                 sysconfig.get_config_var("EXT_SUFFIX"),
-                 sysconfig.get_paths()["include"], _versions()):
+    for part in (
+        BUILD_SOURCE_DIGEST,
+        source,
+        cdef,
+        SUPPORT_SOURCE,
+        tc.identity(),
+        " ".join(sanitize_flags()),
+        sysconfig.get_config_var("EXT_SUFFIX"),
+        sysconfig.get_paths()["include"],
+        _versions(),
+    ):
         h.update(part.encode())
         h.update(b"\0")
     return h.hexdigest()
@@ -181,16 +171,17 @@ def _load_from(cdir: Path, key: str, label: str, tc: Toolchain, prepare) -> Modu
     for attempt in range(2):
         so = entry / _so_name(key)
         if not so.exists():
-            if entry.exists():           # an entry without its module (deleted by hand, or a crash)
+            if entry.exists():  # an entry without its module (deleted by hand, or a crash)
                 _remove(entry)
             _build(key, cdir, label, tc, prepare)
         try:
-            _verify(entry, so)           # dlopen of a truncated .so can crash the process (SIGBUS)
+            _verify(entry, so)  # dlopen of a truncated .so can crash the process (SIGBUS)
             return _import(name, so)
         except ImportError as exc:
             if attempt:
-                raise CompileError(f"symgrad: the compiled module for {label} does not import ({exc}); "
-                                   f"built in {entry}") from None
+                raise CompileError(
+                    f"symgrad: the compiled module for {label} does not import ({exc}); built in {entry}"
+                ) from None
             if debug(1):
                 print(f"symgrad: cache entry {entry} is broken ({exc}); rebuilding", file=sys.stderr)
             _remove(entry)
@@ -220,9 +211,9 @@ def _build(key: str, cdir: Path, label: str, tc: Toolchain, prepare) -> None:
     tmp = Path(tempfile.mkdtemp(dir=cdir, prefix=".tmp-"))
     try:
         _build_in(tmp, key, cdir, label, tc, *prepare(tmp))
-    except CompileError:                   # its message points at the kept generated files
+    except CompileError:  # its message points at the kept generated files
         raise
-    except BaseException:                  # a full disk or Ctrl-C: no half-built directory stays behind
+    except BaseException:  # a full disk or Ctrl-C: no half-built directory stays behind
         shutil.rmtree(tmp, ignore_errors=True)
         raise
 
@@ -231,19 +222,31 @@ def _cffi_steps(tmp: Path, source: str, cdef: str, tc: Toolchain, key: str) -> t
     """``kernels.c`` (-O3 and the probed flags) and cffi's wrapper (-O1: Python glue only, declaring the
     kernels through the cdef) compile in parallel, then link."""
     import cffi
+
     name = module_name(key)
     (tmp / "kernels.c").write_text(source)
     ffi = cffi.FFI()
     ffi.cdef(cdef + "\n" + SUPPORT_CDEF)
     ffi.set_source(name, "#include <stdint.h>\n" + cdef + "\n" + SUPPORT_SOURCE)
     wrapper = f"{name}.c"
-    with contextlib.redirect_stdout(io.StringIO()):    # cffi prints "generating ..."
+    with contextlib.redirect_stdout(io.StringIO()):  # cffi prints "generating ..."
         ffi.emit_c_code(str(tmp / wrapper))
     omp = ["-fopenmp"] if tc.openmp else []
     omp += list(sanitize_flags())
-    steps = [[*tc.cc, *tc.flags, *sanitize_flags(), "-c", "-o", "kernels.o", "kernels.c"],
-             [*tc.cc, "-O1", "-fPIC", *omp, f"-I{sysconfig.get_paths()['include']}", "-c", "-o", "wrapper.o",
-              wrapper]]
+    steps = [
+        [*tc.cc, *tc.flags, *sanitize_flags(), "-c", "-o", "kernels.o", "kernels.c"],
+        [
+            *tc.cc,
+            "-O1",
+            "-fPIC",
+            *omp,
+            f"-I{sysconfig.get_paths()['include']}",
+            "-c",
+            "-o",
+            "wrapper.o",
+            wrapper,
+        ],
+    ]
     link = [*tc.cc, "-shared", *omp, "-o", _so_name(key), "kernels.o", "wrapper.o", *tc.libs]
     return "kernels.c", steps, link
 
@@ -252,18 +255,32 @@ def _extension_steps(tmp: Path, source: str, tc: Toolchain, key: str) -> tuple:
     """One C file that includes Python.h, compiled with the probed flags (no OpenMP: it has no loops)."""
     (tmp / "module.c").write_text(source)
     flags = [f for f in tc.flags if f != "-fopenmp"]
-    step = [*tc.cc, *flags, *sanitize_flags(), f"-DSG_MODULE={module_name(key)}",
-            f"-I{sysconfig.get_paths()['include']}", "-c", "-o", "module.o", "module.c"]
+    step = [
+        *tc.cc,
+        *flags,
+        *sanitize_flags(),
+        f"-DSG_MODULE={module_name(key)}",
+        f"-I{sysconfig.get_paths()['include']}",
+        "-c",
+        "-o",
+        "module.o",
+        "module.c",
+    ]
     return "module.c", [step], [*tc.cc, "-shared", *sanitize_flags(), "-o", _so_name(key), "module.o"]
 
 
-def _build_in(tmp: Path, key: str, cdir: Path, label: str, tc: Toolchain, main: str, steps: list,
-              link: list) -> None:
+def _build_in(
+    tmp: Path, key: str, cdir: Path, label: str, tc: Toolchain, main: str, steps: list, link: list
+) -> None:
     started = time.perf_counter()
     for cmd in steps:
         debug_command(cmd)
-    procs = [subprocess.Popen(cmd, cwd=tmp, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                              errors="replace") for cmd in steps]
+    procs = [
+        subprocess.Popen(
+            cmd, cwd=tmp, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, errors="replace"
+        )
+        for cmd in steps
+    ]
     errors = [p.communicate()[1] for p in procs]
     results = [(cmd, p.returncode, err) for cmd, p, err in zip(steps, procs, errors)]
     if all(rc == 0 for _, rc, _ in results):
@@ -274,19 +291,29 @@ def _build_in(tmp: Path, key: str, cdir: Path, label: str, tc: Toolchain, main: 
         if "No space left on device" in failed_step[1] or "Disk quota exceeded" in failed_step[1]:
             raise OSError(errno.ENOSPC, f"the C compiler could not write its output in {tmp}")
         _fail(tmp, cdir, key, label, main, *failed_step)
-    (tmp / "build.json").write_text(json.dumps(
-        {"key": key, "label": label, "so_sha256": _digest(tmp / _so_name(key)), "commands": [*steps, link],
-         "seconds": round(time.perf_counter() - started, 3), "toolchain": asdict(tc), "created": time.time()},
-        indent=1))
+    (tmp / "build.json").write_text(
+        json.dumps(
+            {
+                "key": key,
+                "label": label,
+                "so_sha256": _digest(tmp / _so_name(key)),
+                "commands": [*steps, link],
+                "seconds": round(time.perf_counter() - started, 3),
+                "toolchain": asdict(tc),
+                "created": time.time(),
+            },
+            indent=1,
+        )
+    )
     for leftover in tmp.glob("*.o"):
         leftover.unlink(missing_ok=True)
     entry = cdir / key
     try:
-        os.replace(tmp, entry)           # atomic: the entry appears complete
+        os.replace(tmp, entry)  # atomic: the entry appears complete
     except OSError:
         if not (entry / _so_name(key)).exists():
             raise
-        shutil.rmtree(tmp, ignore_errors=True)   # another process published the same build first
+        shutil.rmtree(tmp, ignore_errors=True)  # another process published the same build first
 
 
 def _fail(tmp: Path, cdir: Path, key: str, label: str, main: str, cmd: list[str], stderr: str) -> None:
@@ -302,7 +329,8 @@ def _fail(tmp: Path, cdir: Path, key: str, label: str, main: str, cmd: list[str]
         f"the C compiler failed on the generated code of {label}.\n"
         f"  generated C: {failed / main}\n"
         f"  command (in {failed}): {' '.join(shlex.quote(c) for c in cmd)}\n"
-        f"compiler output:\n{stderr.strip()}")
+        f"compiler output:\n{stderr.strip()}"
+    )
 
 
 def list_entries() -> list[tuple[str, Path, int, float]]:
@@ -314,8 +342,14 @@ def list_entries() -> list[tuple[str, Path, int, float]]:
             if entry.name.startswith(".") or not (entry / "build.json").exists():
                 continue
             files = [f for f in entry.iterdir() if f.is_file()]
-            result.append((entry.name, entry, sum(f.stat().st_size for f in files),
-                           max((f.stat().st_mtime for f in files), default=entry.stat().st_mtime)))
+            result.append(
+                (
+                    entry.name,
+                    entry,
+                    sum(f.stat().st_size for f in files),
+                    max((f.stat().st_mtime for f in files), default=entry.stat().st_mtime),
+                )
+            )
     return sorted(result, key=lambda e: -e[3])
 
 

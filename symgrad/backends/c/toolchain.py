@@ -9,6 +9,7 @@ Environment: ``CC`` (compiler command), ``SYMGRAD_CFLAGS`` (extra flags), ``SYMG
 ``-march=native``), ``SYMGRAD_OPENMP=0`` (no threads), ``SYMGRAD_DEBUG=2`` (print every compiler command).
 This module must not import SymPy.
 """
+
 from __future__ import annotations
 
 import functools
@@ -24,34 +25,30 @@ import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from .backends import BackendUnavailable
-from .cache import cache_root
+from symgrad.build.cache import cache_root
+from symgrad.errors import CompilerUnavailable
 
-#: Bump when the probe or the base flags change.
-PROBE_VERSION = "1"
+#: The probe and the base flags are this file: its text is part of every probe id.
+PROBE_SOURCE_DIGEST = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()
 BASE_FLAGS = ("-O3", "-fPIC", "-fno-math-errno", "-fno-trapping-math", "-ffp-contract=off", "-fopenmp-simd")
-
-
-class CompilerUnavailable(BackendUnavailable):
-    """No working C compiler (or no Python headers) here: the C backend cannot build anything."""
 
 
 @dataclass(frozen=True)
 class Toolchain:
-    cc: tuple[str, ...]          # compiler command (from $CC, else cc/gcc/clang)
-    version: str                 # first line of `cc --version`
-    target: str                  # what -march=native expands to ('' when not used)
-    flags: tuple[str, ...]       # compile flags
-    libs: tuple[str, ...]        # link flags
+    cc: tuple[str, ...]  # compiler command (from $CC, else cc/gcc/clang)
+    version: str  # first line of `cc --version`
+    target: str  # what -march=native expands to ('' when not used)
+    flags: tuple[str, ...]  # compile flags
+    libs: tuple[str, ...]  # link flags
     openmp: bool
-    libmvec: int                 # 0, 1 (glibc >= 2.22 set) or 2 (glibc >= 2.35 set)
+    libmvec: int  # 0, 1 (glibc >= 2.22 set) or 2 (glibc >= 2.35 set)
 
     def identity(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
 
 
-_toolchain: tuple[str, Toolchain] | None = None    # (probe id, toolchain) of this process
-_unusable: dict[str, CompilerUnavailable] = {}      # probe id -> why it failed, in this process
+_toolchain: tuple[str, Toolchain] | None = None  # (probe id, toolchain) of this process
+_unusable: dict[str, CompilerUnavailable] = {}  # probe id -> why it failed, in this process
 
 
 def debug(level: int) -> bool:
@@ -75,17 +72,21 @@ def _compiler_command() -> list[str]:
     raise CompilerUnavailable("no C compiler found (install gcc, or set CC)")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _cpu_id() -> str:
     """The CPU model and feature flags: part of the key when -march=native is used."""
     try:
         with open("/proc/cpuinfo") as f:
             info = f.read(65536)
-        keep = [line for line in info.splitlines() if line.split(":")[0].strip() in ("model name", "flags",
-                                                                                     "Features", "CPU part")]
+        keep = [
+            line
+            for line in info.splitlines()
+            if line.split(":")[0].strip() in ("model name", "flags", "Features", "CPU part")
+        ]
         return "\n".join(dict.fromkeys(keep))
     except OSError:
         import platform
+
         return f"{platform.machine()} {platform.processor()}"
 
 
@@ -111,12 +112,24 @@ def toolchain() -> Toolchain:
     cc = _compiler_command()
     extra = tuple(shlex.split(os.environ.get("SYMGRAD_CFLAGS", "")))
     st = os.stat(cc[0])
-    probe_id = hashlib.sha256(json.dumps(
-        [PROBE_VERSION, cc, st.st_size, st.st_mtime_ns, extra, _cpu_id(), sysconfig.get_paths()["include"],
-         os.environ.get("SYMGRAD_OPENMP", "1"), os.environ.get("SYMGRAD_NATIVE", "1")]).encode()).hexdigest()[:24]
+    probe_id = hashlib.sha256(
+        json.dumps(
+            [
+                PROBE_SOURCE_DIGEST,
+                cc,
+                st.st_size,
+                st.st_mtime_ns,
+                extra,
+                _cpu_id(),
+                sysconfig.get_paths()["include"],
+                os.environ.get("SYMGRAD_OPENMP", "1"),
+                os.environ.get("SYMGRAD_NATIVE", "1"),
+            ]
+        ).encode()
+    ).hexdigest()[:24]
     if _toolchain is not None and _toolchain[0] == probe_id:
         return _toolchain[1]
-    if probe_id in _unusable:             # probed in this process and failed: do not pay for it again
+    if probe_id in _unusable:  # probed in this process and failed: do not pay for it again
         raise _unusable[probe_id]
     cache_file = cache_dir() / f".toolchain-{probe_id}.json"
     try:
@@ -168,21 +181,41 @@ def _libmvec_source(tier: int) -> str:
     """One ``omp simd`` loop per libmvec function of ``tier``, calling it through a declare-simd prototype."""
     funcs = ["exp", "log", "sin", "cos", "pow"]
     if tier >= 2:
-        funcs += ["tan", "asin", "acos", "atan", "atan2", "sinh", "cosh", "tanh", "asinh", "acosh", "atanh",
-                  "erf", "erfc", "log1p", "expm1"]
+        funcs += [
+            "tan",
+            "asin",
+            "acos",
+            "atan",
+            "atan2",
+            "sinh",
+            "cosh",
+            "tanh",
+            "asinh",
+            "acosh",
+            "atanh",
+            "erf",
+            "erfc",
+            "log1p",
+            "expm1",
+        ]
     lines = ["#include <math.h>", "#include <stdint.h>"]
     for f in funcs:
         two = f in ("pow", "atan2")
         for t, s in (("double", ""), ("float", "f")):
             lines += ["#pragma omp declare simd notinbranch", f"{t} {f}{s}({t}{', ' + t if two else ''});"]
             call = f"{f}{s}(x[i], x[i])" if two else f"{f}{s}(x[i])"
-            lines += [f"void probe_{f}{s}(int64_t n, const {t} *restrict x, {t} *restrict y) {{",
-                      "#pragma omp simd", f"  for (int64_t i = 0; i < n; ++i) y[i] = {call};", "}"]
+            lines += [
+                f"void probe_{f}{s}(int64_t n, const {t} *restrict x, {t} *restrict y) {{",
+                "#pragma omp simd",
+                f"  for (int64_t i = 0; i < n; ++i) y[i] = {call};",
+                "}",
+            ]
     return "\n".join(lines) + "\n"
 
 
-def _try_shared(cc: list[str], flags: list[str], libs: list[str], source: str, tmp: Path, name: str
-                ) -> tuple[bool, str, Path]:
+def _try_shared(
+    cc: list[str], flags: list[str], libs: list[str], source: str, tmp: Path, name: str
+) -> tuple[bool, str, Path]:
     src = tmp / f"{name}.c"
     out = tmp / f"{name}.so"
     src.write_text(source)
@@ -190,8 +223,9 @@ def _try_shared(cc: list[str], flags: list[str], libs: list[str], source: str, t
     if r.returncode != 0:
         return False, r.stderr, out
     import ctypes
+
     try:
-        ctypes.CDLL(str(out))     # RTLD_NOW: every symbol (libgomp, libmvec variants) must resolve
+        ctypes.CDLL(str(out))  # RTLD_NOW: every symbol (libgomp, libmvec variants) must resolve
     except OSError as exc:
         return False, str(exc), out
     return True, "", out
@@ -209,7 +243,7 @@ def _probe(cc: list[str], extra: tuple[str, ...]) -> Toolchain:
     with tempfile.TemporaryDirectory(prefix="symgrad-probe-") as d:
         tmp = Path(d)
         ok, err, _ = _try_shared(cc, flags, ["-lm"], _PROBE_PLAIN, tmp, "base")
-        if not ok:                        # a compiler without some of the base flags: plain -O2
+        if not ok:  # a compiler without some of the base flags: plain -O2
             flags = ["-O2", "-fPIC"]
             ok, _, _ = _try_shared(cc, flags, ["-lm"], _PROBE_PLAIN, tmp, "plain")
             if not ok:
@@ -219,7 +253,7 @@ def _probe(cc: list[str], extra: tuple[str, ...]) -> Toolchain:
             r = run_command([*cc, "-march=native", "-###", "-E", "-x", "c", os.devnull])
             lines = [line for line in r.stderr.splitlines() if "cc1" in line and "march" in line]
             if r.returncode == 0 and lines:
-                target = lines[0].strip()      # cc1 with every -m option -march=native expands to
+                target = lines[0].strip()  # cc1 with every -m option -march=native expands to
                 ok, _, _ = _try_shared(cc, [*flags, "-march=native"], ["-lm"], _PROBE_PLAIN, tmp, "native")
                 if ok:
                     flags.append("-march=native")
@@ -241,5 +275,12 @@ def _probe(cc: list[str], extra: tuple[str, ...]) -> Toolchain:
     libs = ["-lmvec", "-lm"] if libmvec else ["-lm"]
     if libmvec:
         flags.append(f"-DSG_LIBMVEC={libmvec}")
-    return Toolchain(cc=tuple(cc), version=version, target=target, flags=tuple(flags), libs=tuple(libs),
-                     openmp=openmp, libmvec=libmvec)
+    return Toolchain(
+        cc=tuple(cc),
+        version=version,
+        target=target,
+        flags=tuple(flags),
+        libs=tuple(libs),
+        openmp=openmp,
+        libmvec=libmvec,
+    )

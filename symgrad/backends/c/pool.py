@@ -13,6 +13,7 @@ pinned to old ones). ``release()`` hands every unused block back to the system, 
 ``torch.cuda.empty_cache()``. Results are ordinary writeable, aligned, C-contiguous arrays whose ``base``
 is the block's buffer.
 """
+
 from __future__ import annotations
 
 import os
@@ -24,8 +25,8 @@ import numpy as np
 #: Results smaller than this (bytes) are plain ``np.empty`` arrays: glibc keeps such blocks mapped.
 POOL_MIN = 1 << 18
 
-_ffi = _cffi_backend.FFI()     # the compiled FFI: cffi.FFI() would import its C parser (~17 ms at import)
-_alloc = _ffi.new_allocator(should_clear_after_alloc=False)   # no zero-fill: the kernel writes every element
+_ffi = _cffi_backend.FFI()  # the compiled FFI: cffi.FFI() would import its C parser (~17 ms at import)
+_alloc = _ffi.new_allocator(should_clear_after_alloc=False)  # no zero-fill: the kernel writes every element
 _free: dict[int, list] = {}
 _held = 0
 _lock = threading.Lock()
@@ -35,7 +36,9 @@ def _capacity() -> int:
     try:
         return max(0, int(float(os.environ.get("SYMGRAD_POOL_MB", "256")) * (1 << 20)))
     except (ValueError, OverflowError):
-        raise ValueError(f"SYMGRAD_POOL_MB={os.environ['SYMGRAD_POOL_MB']!r} is not a number of MiB") from None
+        raise ValueError(
+            f"SYMGRAD_POOL_MB={os.environ['SYMGRAD_POOL_MB']!r} is not a number of MiB"
+        ) from None
 
 
 _CAPACITY = _capacity()
@@ -49,7 +52,7 @@ def _give_back(block) -> None:
     global _held
     size = len(block)
     if _held + size > _CAPACITY:
-        _free.clear()                 # sizes changed: let the old blocks go (cffi frees them)
+        _free.clear()  # sizes changed: let the old blocks go (cffi frees them)
         _held = 0
     _free.setdefault(size, []).append(block)
     _held += size
@@ -64,7 +67,7 @@ def empty(shape: tuple, dtype: np.dtype) -> np.ndarray:
         return np.empty(shape, dtype)
     global _held
     block = None
-    with _lock:                        # two threads must not take the same block
+    with _lock:  # two threads must not take the same block
         blocks = _free.get(size)
         if blocks:
             block = blocks.pop()
@@ -81,7 +84,7 @@ def release() -> int:
     """Hand every unused pooled block back to the system; returns the bytes released."""
     global _held
     with _lock:
-        blocks = list(_free.values())    # a copy: a destructor may add to _free meanwhile
+        blocks = list(_free.values())  # a copy: a destructor may add to _free meanwhile
         _free.clear()
         _held = 0
     return sum(len(b) for same_size in blocks for b in same_size)
@@ -89,7 +92,7 @@ def release() -> int:
 
 def _after_fork_in_child() -> None:
     global _lock
-    _lock = threading.Lock()             # another thread may have held it at the fork
+    _lock = threading.Lock()  # another thread may have held it at the fork
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)

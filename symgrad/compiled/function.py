@@ -4,46 +4,51 @@ It validates arguments at the boundary (dtype and shape errors name the function
 broadcasts arguments in the style of NumPy generalized ufuncs (per-element shapes are trailing axes),
 calls the active backend's kernel and sums gradients of broadcast arguments back to their shapes.
 """
+
 from __future__ import annotations
 
+import importlib
 import numbers
-import sys
-from pathlib import Path
-from typing import Any, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
-from . import backends
-from .backends import Package
-from .errors import ArgumentError
+from symgrad import abi, backends
+from symgrad.build.package import Package
+from symgrad.errors import ArgumentError
 
-_F32, _F64 = np.dtype(np.float32), np.dtype(np.float64)
-_FLOATS = (_F32, _F64)
-
-
-_runtime: tuple | None = None
-_NO_RUNTIME = ((), None)
+_F64, _F32 = _FLOATS = abi.FLOAT_DTYPES
 
 
-def _runtime_hooks() -> tuple:
-    """(Tensor type, apply_compiled) once the tape runtime is imported, else ((), None): before that no Tensor
-    can exist, and a call on arrays does not pay the runtime's import (~16 ms of a warm package import)."""
-    global _runtime
-    if _runtime is None:
-        tensor = sys.modules.get("symgrad.runtime.tensor")
-        if tensor is None:
-            return _NO_RUNTIME
-        from .runtime.compiled_node import apply_compiled
-        _runtime = (tensor.Tensor, apply_compiled)
-    return _runtime
+#: (Tensor type, apply) once the tape runtime registered itself (``register_tensor_hook``): before that no
+#: Tensor can exist, and a call on arrays does not pay the runtime's import.
+_tensor_hook: tuple = ((), None)
+#: Framework adapters by name (``to_torch``, ``to_jax``): module and function, imported on first use.
+ADAPTERS = {"torch": ("symgrad.interop.torch", "to_torch"), "jax": ("symgrad.interop.jax", "to_jax")}
+
+
+def register_tensor_hook(tensor_type: type, apply: Callable) -> None:
+    """Called by the runtime when it loads: a call with a ``tensor_type`` argument runs ``apply(fn, args)``
+    (one tape node) instead of the kernels on arrays."""
+    global _tensor_hook
+    _tensor_hook = (tensor_type, apply)
+
+
+def broadcast_axes(shape: tuple, target: tuple) -> tuple[int, ...]:
+    """The axes of an array of ``shape`` to sum over (keeping dims) to undo its broadcast from ``target``:
+    the leading axes broadcasting added and those it stretched from 1."""
+    lead = len(shape) - len(target)
+    return tuple(range(lead)) + tuple(
+        lead + i for i, n in enumerate(target) if n == 1 and shape[lead + i] != 1
+    )
 
 
 def sum_to_shape(g: np.ndarray, shape: tuple) -> np.ndarray:
     """Sum ``g`` over the axes that broadcasting added or stretched to reach ``shape``."""
     if g.shape == shape:
         return g
-    lead = g.ndim - len(shape)
-    axes = tuple(range(lead)) + tuple(lead + i for i, n in enumerate(shape) if n == 1 and g.shape[lead + i] != 1)
+    axes = broadcast_axes(g.shape, shape)
     g = g.sum(axis=axes, keepdims=True) if axes else g
     return g.reshape(shape)
 
@@ -99,12 +104,19 @@ class CompiledFunction:
         self._elementwise = self._scalar_slots and not self._uniform
         #: per-element scalar, one output, one or two differentiable arguments: a tape node or autograd
         #: Function may run value_and_jacobian forward and save J (as large as the inputs) for backward
-        self.jacobian_saving: bool = (self._scalar_slots and self.n_outputs == 1
-                                      and len(self.arg_names) <= 2 and self._all_diff
-                                      and "value_and_jacobian" in entry["programs"])
+        self.jacobian_saving: bool = (
+            self._scalar_slots
+            and self.n_outputs == 1
+            and len(self.arg_names) <= 2
+            and self._all_diff
+            and "value_and_jacobian" in entry["programs"]
+        )
         self._vjp_shapes = self.arg_shapes + self.out_shapes
         self._vjp_names = self.arg_names + tuple(
-            f"grad of output {k}" if self.n_outputs > 1 else "grad_out" for k in range(self.n_outputs))
+            f"grad of output {k}" if self.n_outputs > 1 else "grad_out" for k in range(self.n_outputs)
+        )
+        #: ``SoftplusBackward``: how tape nodes and framework ops name this function's backward
+        self.backward_name = "".join(p.capitalize() for p in self.name.split("_")) + "Backward"
         self._kernels: dict[tuple, Any] = {}
         self._loaded: dict[str, tuple[str, Any]] = {}
 
@@ -131,7 +143,7 @@ class CompiledFunction:
         return self._loaded[name]
 
     def _kernel(self, program: str, dtype: np.dtype):
-        key = (backends.chosen_name(), program, dtype)   # keyed by the chosen backend (the hot path)
+        key = (backends.chosen_name(), program, dtype)  # keyed by the chosen backend (the hot path)
         run = self._kernels.get(key)
         if run is None:
             run = self._kernels[key] = self._kernel_set()[1].program(self._ident, program, dtype)
@@ -139,7 +151,7 @@ class CompiledFunction:
 
     # -- argument handling ------------------------------------------------------------------------------
     def _arrays(self, values: tuple, shapes: tuple, names: tuple) -> tuple[list, np.dtype, tuple]:
-        if self._elementwise:   # fast path: same-shape, same-dtype float arrays and Python numbers
+        if self._elementwise:  # fast path: same-shape, same-dtype float arrays and Python numbers
             fast = _same_shape_floats(values)
             if fast is not None:
                 return fast
@@ -153,20 +165,25 @@ class CompiledFunction:
                 arr = value
                 batch = ()
                 if shape:
-                    raise ArgumentError(f"{self.name}: argument '{name}' must have trailing shape {shape}, "
-                                        f"got a Python number")
+                    raise ArgumentError(
+                        f"{self.name}: argument '{name}' must have trailing shape {shape}, "
+                        f"got a Python number"
+                    )
             else:
                 arr = value if isinstance(value, np.ndarray) else np.asarray(value)
                 if arr.dtype not in _FLOATS:
-                    raise ArgumentError(f"{self.name}: argument '{name}' has dtype {arr.dtype}; "
-                                        "expected float32 or float64")
+                    raise ArgumentError(
+                        f"{self.name}: argument '{name}' has dtype {arr.dtype}; expected float32 or float64"
+                    )
                 dtypes.append(arr.dtype)
                 if shape:
-                    if arr.shape[arr.ndim - len(shape):] != shape or arr.ndim < len(shape):
-                        raise ArgumentError(f"{self.name}: argument '{name}' must have trailing shape {shape} "
-                                            f"(per-element {len(shape) == 1 and 'vector' or 'matrix'}), "
-                                            f"got shape {arr.shape}")
-                    batch = arr.shape[:arr.ndim - len(shape)]
+                    if arr.shape[arr.ndim - len(shape) :] != shape or arr.ndim < len(shape):
+                        raise ArgumentError(
+                            f"{self.name}: argument '{name}' must have trailing shape {shape} "
+                            f"(per-element {len(shape) == 1 and 'vector' or 'matrix'}), "
+                            f"got shape {arr.shape}"
+                        )
+                    batch = arr.shape[: arr.ndim - len(shape)]
                 else:
                     batch = arr.shape
             arrays.append(arr)
@@ -177,8 +194,12 @@ class CompiledFunction:
         except ValueError:
             described = ", ".join(f"'{n}' {b}" for n, b in zip(names, batches))
             raise ArgumentError(f"{self.name}: argument batch shapes do not broadcast: {described}") from None
-        arrays = [a.astype(dtype) if isinstance(a, np.ndarray) and a.dtype != dtype else
-                  (np.asarray(a, dtype) if not isinstance(a, np.ndarray) else a) for a in arrays]
+        arrays = [
+            a.astype(dtype)
+            if isinstance(a, np.ndarray) and a.dtype != dtype
+            else (np.asarray(a, dtype) if not isinstance(a, np.ndarray) else a)
+            for a in arrays
+        ]
         return arrays, dtype, batch
 
     def _uniform_value(self, value: Any, name: str) -> float:
@@ -194,14 +215,17 @@ class CompiledFunction:
         expected = n + self.n_outputs
         if len(values) != expected:
             cot = "one cotangent" if self.n_outputs == 1 else f"{self.n_outputs} cotangents"
-            raise ArgumentError(f"{self.name}.{what} takes {expected} arrays ({n} arguments, then {cot}); "
-                                f"got {len(values)}")
+            raise ArgumentError(
+                f"{self.name}.{what} takes {expected} arrays ({n} arguments, then {cot}); got {len(values)}"
+            )
         return values[:n], values[n:]
 
     def _check_arity(self, values: tuple) -> None:
         if len(values) != len(self.arg_names):
-            raise ArgumentError(f"{self.name}() takes {len(self.arg_names)} argument(s) "
-                                f"({', '.join(self.arg_names)}); got {len(values)}")
+            raise ArgumentError(
+                f"{self.name}() takes {len(self.arg_names)} argument(s) "
+                f"({', '.join(self.arg_names)}); got {len(values)}"
+            )
 
     def _package_outputs(self, outs: tuple) -> Any:
         return tuple(outs) if self.returns_tuple else outs[0]
@@ -215,14 +239,24 @@ class CompiledFunction:
         outs = (out,) if isinstance(out, np.ndarray) else tuple(out)
         shapes = [tuple(s["shape"]) for s in self._entry["programs"][program]["outputs"]]
         if len(outs) != len(shapes):
-            raise ArgumentError(f"{self.name}: out= takes {len(shapes)} array(s) for {program}; got {len(outs)}")
+            raise ArgumentError(
+                f"{self.name}: out= takes {len(shapes)} array(s) for {program}; got {len(outs)}"
+            )
         for k, (o, shape) in enumerate(zip(outs, shapes)):
             full = batch + shape
-            if not (isinstance(o, np.ndarray) and o.dtype == dtype and o.shape == full and o.flags.c_contiguous
-                    and o.flags.aligned and o.flags.writeable):
+            if not (
+                isinstance(o, np.ndarray)
+                and o.dtype == dtype
+                and o.shape == full
+                and o.flags.c_contiguous
+                and o.flags.aligned
+                and o.flags.writeable
+            ):
                 got = f"{o.dtype} array of shape {o.shape}" if isinstance(o, np.ndarray) else type(o).__name__
-                raise ArgumentError(f"{self.name}: out[{k}] must be a writeable C-contiguous {dtype} array of "
-                                    f"shape {full}; got {got}")
+                raise ArgumentError(
+                    f"{self.name}: out[{k}] must be a writeable C-contiguous {dtype} array of "
+                    f"shape {full}; got {got}"
+                )
             others = [a for a in inputs if isinstance(a, np.ndarray)] + list(outs[:k])
             if any(np.may_share_memory(o, a) for a in others):
                 raise ArgumentError(f"{self.name}: out[{k}] overlaps an argument or another out= buffer")
@@ -232,10 +266,12 @@ class CompiledFunction:
         """The outputs as a tuple, never recording on a tape; ``out=``: arrays to write them into."""
         self._check_arity(args)
         arrays, dtype, batch = self._arrays(args, self.arg_shapes, self.arg_names)
-        return self._kernel("forward", dtype)(tuple(arrays), batch, self._out(out, "forward", dtype, batch, arrays))
+        return self._kernel("forward", dtype)(
+            tuple(arrays), batch, self._out(out, "forward", dtype, batch, arrays)
+        )
 
     def __call__(self, *args: Any, out: Any = None) -> Any:
-        tensor, apply_compiled = _runtime or _runtime_hooks()
+        tensor, apply_compiled = _tensor_hook
         for a in args:
             if type(a) is not np.ndarray and isinstance(a, tensor):
                 if out is not None:
@@ -243,8 +279,9 @@ class CompiledFunction:
                 return apply_compiled(self, args)
         return self._package_outputs(self.forward(*args, out=out))
 
-    def _vjp_call(self, program: str, values: tuple, what: str, out: Any = None,
-                  needed: tuple | None = None) -> tuple[tuple, tuple]:
+    def _vjp_call(
+        self, program: str, values: tuple, what: str, out: Any = None, needed: tuple | None = None
+    ) -> tuple[tuple, tuple]:
         """(outputs, gradients) of ``program``; ``needed``: a flag per argument, None for the gradients not
         needed (the tape's constants), which are then not summed back to their argument's shape."""
         args, cots = self._split(values, what)
@@ -255,11 +292,15 @@ class CompiledFunction:
         if buffers is not None:
             for a, shape, name, diff in zip(args, self.arg_shapes, self.arg_names, self.arg_diff):
                 if diff and name in self._uniform:
-                    raise ArgumentError(f"{self.name}: with out=, uniform argument '{name}' cannot be "
-                                        "differentiable (its gradient is a sum over the batch)")
+                    raise ArgumentError(
+                        f"{self.name}: with out=, uniform argument '{name}' cannot be "
+                        "differentiable (its gradient is a sum over the batch)"
+                    )
                 if diff and np.shape(a) != batch + shape:
-                    raise ArgumentError(f"{self.name}: with out=, argument '{name}' must have the full shape "
-                                        f"{batch + shape} (its gradient would be summed over broadcast axes)")
+                    raise ArgumentError(
+                        f"{self.name}: with out=, argument '{name}' must have the full shape "
+                        f"{batch + shape} (its gradient would be summed over broadcast axes)"
+                    )
         results = self._kernel(program, dtype)(tuple(arrays), batch, buffers)
         n_out = self.n_outputs if program == "value_and_vjp" else 0
         grads = results[n_out:]
@@ -269,7 +310,7 @@ class CompiledFunction:
         if needed is not None:
             grads = tuple([g if n else None for g, n in zip(grads, needed)])
         for g, a in zip(grads, args):
-            if g is not None and (type(a) is not np.ndarray or g.shape != a.shape):   # broadcast: sum back
+            if g is not None and (type(a) is not np.ndarray or g.shape != a.shape):  # broadcast: sum back
                 grads = tuple([g if g is None else sum_to_shape(g, np.shape(a)) for g, a in zip(grads, args)])
                 break
         return results[:n_out], grads
@@ -282,12 +323,15 @@ class CompiledFunction:
             return out
         for o, name, diff in zip(out[n_out:], self.arg_names, self.arg_diff):
             if not diff and o is not None:
-                raise ArgumentError(f"{self.name}: argument '{name}' is nondiff and has no gradient; "
-                                    "its out= entry must be None (or leave it out)")
+                raise ArgumentError(
+                    f"{self.name}: argument '{name}' is nondiff and has no gradient; "
+                    "its out= entry must be None (or leave it out)"
+                )
         return out[:n_out] + tuple(o for o, diff in zip(out[n_out:], self.arg_diff) if diff)
 
-    def vjp(self, *args_and_cotangents: Any, out: Any = None,
-            needs_input_grad: tuple[bool, ...] | None = None) -> tuple[np.ndarray, ...]:
+    def vjp(
+        self, *args_and_cotangents: Any, out: Any = None, needs_input_grad: tuple[bool, ...] | None = None
+    ) -> tuple[np.ndarray, ...]:
         """Gradients of every argument (each shaped like its argument; None for a ``nondiff`` one) given one
         cotangent per output; ``out=``: one array per gradient (of the differentiable arguments);
         ``needs_input_grad``: a flag per argument (as on a PyTorch ``ctx``), None in the place of the others."""
@@ -304,13 +348,20 @@ class CompiledFunction:
         place of a ``nondiff`` argument)."""
         inputs, tangents = tuple(inputs), tuple(tangents)
         if len(inputs) != len(self.arg_names) or len(tangents) != len(self.arg_names):
-            raise ArgumentError(f"{self.name}.jvp takes a tuple of {len(self.arg_names)} inputs and a tuple of "
-                                f"{len(self.arg_names)} tangents; got {len(inputs)} and {len(tangents)}")
+            raise ArgumentError(
+                f"{self.name}.jvp takes a tuple of {len(self.arg_names)} inputs and a tuple of "
+                f"{len(self.arg_names)} tangents; got {len(inputs)} and {len(tangents)}"
+            )
         for t, name, diff in zip(tangents, self.arg_names, self.arg_diff):
             if (t is None) == diff:
-                raise ArgumentError(f"{self.name}.jvp: argument '{name}' is " + (
-                    "differentiable; give it a tangent, not None" if diff else
-                    "declared nondiff; pass None as its tangent"))
+                raise ArgumentError(
+                    f"{self.name}.jvp: argument '{name}' is "
+                    + (
+                        "differentiable; give it a tangent, not None"
+                        if diff
+                        else "declared nondiff; pass None as its tangent"
+                    )
+                )
         wrt = [(t, n, s) for t, n, s, d in zip(tangents, self.arg_names, self.arg_shapes, self.arg_diff) if d]
         names = self.arg_names + tuple(f"tangent of {n}" for _, n, _ in wrt)
         shapes = self.arg_shapes + tuple(s for _, _, s in wrt)
@@ -336,7 +387,7 @@ class CompiledFunction:
         numbers."""
         if not self._scalar_slots or len(arrays) != len(self.arg_names):
             return None
-        for k in self._uniform_at:       # a uniform argument must be a number here (an array: the checks' error)
+        for k in self._uniform_at:  # a uniform argument must be a number here (an array: the checks' error)
             if type(arrays[k]) is not float and type(arrays[k]) is not int:
                 return None
         same = _same_shape_floats(arrays)
@@ -344,26 +395,28 @@ class CompiledFunction:
             return None
         return self._kernel(program, same[1])(arrays, same[2])
 
+    def double_backward_error(self) -> RuntimeError:
+        """The error every runtime raises when asked to differentiate this function's vjp again."""
+        return RuntimeError(
+            f"double backward through the compiled function '{self.name}' ({self.origin}) is not supported: "
+            "its vjp kernel is first-order. Differentiate once, or write the derivative you need as its own "
+            "@sg.function and compile it."
+        )
+
     def jacobian(self, *args: Any) -> np.ndarray:
         """The dense per-row Jacobian blocks; see ``value_and_jacobian`` for the layout."""
         return self.value_and_jacobian(*args)[1]
 
-
-    def to_torch(self, **options: Any):
+    def to_torch(self, **options: Any) -> Any:
         """This function as a PyTorch op backed by the compiled kernels (``symgrad.interop.torch``)."""
-        from .interop.torch import to_torch
-        return to_torch(self, **options)
+        return _adapter("torch")(self, **options)
 
-    def to_jax(self, **options: Any):
+    def to_jax(self, **options: Any) -> Any:
         """This function as a JAX function with a custom_vjp calling the compiled kernels."""
-        from .interop.jax import to_jax
-        return to_jax(self, **options)
+        return _adapter("jax")(self, **options)
 
 
-def load_package(location: str | Path) -> dict[str, CompiledFunction]:
-    """The functions of a compiled package, by name (``location``: its directory or its ``__init__.py``)."""
-    path = Path(location)
-    if path.is_file():
-        path = path.parent
-    package = Package(path)
-    return {entry["name"]: CompiledFunction(package, entry) for entry in package.manifest["functions"]}
+def _adapter(name: str) -> Callable:
+    """The adapter registered in ``ADAPTERS`` (a plugin table: this stage does not depend on the frameworks)."""
+    module, attr = ADAPTERS[name]
+    return getattr(importlib.import_module(module), attr)

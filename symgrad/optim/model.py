@@ -8,6 +8,7 @@ infinite, not NaN), the first moment by ``lerp``, ``eps`` added after the square
 the per-step constants in float64: ``1 - beta`` (in float32, 1 - 0.999 is off by 1e-5), the step size
 ``lr / (1 - beta1**step)`` and ``bias2_sqrt = sqrt(1 - beta2**step)``.
 """
+
 import symgrad as sg
 
 _HYPER = ("beta1_c", "beta2", "beta2_c", "eps", "weight_decay", "step_size", "bias2_sqrt")
@@ -26,8 +27,20 @@ def adam(param, grad, exp_avg, exp_avg_sq, beta1_c, beta2, beta2_c, eps, weight_
 
 
 @sg.function(uniform=_HYPER, nondiff=("param", "grad", "exp_avg", "exp_avg_sq", "max_exp_avg_sq") + _HYPER)
-def adam_amsgrad(param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, beta1_c, beta2, beta2_c, eps, weight_decay,
-                 step_size, bias2_sqrt):
+def adam_amsgrad(
+    param,
+    grad,
+    exp_avg,
+    exp_avg_sq,
+    max_exp_avg_sq,
+    beta1_c,
+    beta2,
+    beta2_c,
+    eps,
+    weight_decay,
+    step_size,
+    bias2_sqrt,
+):
     """One AMSGrad step: the denominator uses the running maximum of exp_avg_sq (also returned)."""
     m, v = _moments(param, grad, exp_avg, exp_avg_sq, beta1_c, beta2, beta2_c, weight_decay)
     v_max = sg.Max(max_exp_avg_sq, v)

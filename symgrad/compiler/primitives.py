@@ -5,13 +5,14 @@ Each class is a ``sympy.Function`` with ``fdiff`` (the derivative rule) and a re
 overflow-free; afterwards the lowering writes those of the exp(-|u|) family out in their stable forms
 (``expand_shared_cores``), and emitters print the others (xlogy, maximum, minimum, log1p, expm1) in theirs.
 """
+
 from __future__ import annotations
 
 import sympy
 from sympy import Eq, S
 from sympy.codegen.cfunctions import expm1, log1p
 
-from .piecewise import piecewise
+from symgrad.compiler.piecewise import piecewise
 
 __all__ = ["sigmoid", "softplus", "logsigmoid", "logaddexp", "xlogy", "maximum", "minimum", "log1p", "expm1"]
 
@@ -25,7 +26,7 @@ class _Primitive(sympy.Function):
         # every subclass defines _elementary(): its formula in exp/log, evaluated at the requested precision
         try:
             return self._elementary()._eval_evalf(prec)
-        except (TypeError, ValueError):   # e.g. Max(nan, 1) ("not comparable"): leave it unevaluated
+        except (TypeError, ValueError):  # e.g. Max(nan, 1) ("not comparable"): leave it unevaluated
             return None
 
 
@@ -128,8 +129,9 @@ class logaddexp(_Primitive):
 
     def _stable(self):
         a, b = self.args
-        return piecewise((a + sympy.log(2), Eq(a, b)),
-                         (piecewise((a, a > b), (b, True)) + log1p(_core(a - b)), True))
+        return piecewise(
+            (a + sympy.log(2), Eq(a, b)), (piecewise((a, a > b), (b, True)) + log1p(_core(a - b)), True)
+        )
 
     def _eval_rewrite_as_log(self, a, b, **kwargs):
         return sympy.log(sympy.exp(a) + sympy.exp(b))

@@ -1,8 +1,9 @@
 """Array helpers that generated NumPy code calls: xlogy, erf, packing (the exp(-|u|) primitives are written
-out by the lowering, see ``symgrad.primitives.expand_shared_cores``).
+out by the lowering, see ``symgrad.compiler.primitives.expand_shared_cores``).
 
 Every function keeps its input's float dtype (float32 stays float32).
 """
+
 from __future__ import annotations
 
 import math
@@ -10,7 +11,8 @@ import math
 import numpy
 
 try:  # SciPy's erf is a true ufunc; without SciPy, math.erf per element (exact, slower)
-    from scipy.special import erf as _erf, erfc as _erfc
+    from scipy.special import erf as _erf
+    from scipy.special import erfc as _erfc
 except ImportError:  # pragma: no cover - exercised on machines without SciPy
     _erf = _erfc = None
 
@@ -36,7 +38,7 @@ def erfc(x):
 
 def pack(elements, shape):
     """Stack per-element scalars (arrays or constants) into arrays with trailing ``shape``."""
-    if not elements:            # a Jacobian with no columns (every argument nondiff): broadcast by the caller
+    if not elements:  # a Jacobian with no columns (every argument nondiff): broadcast by the caller
         return numpy.zeros(tuple(shape))
     arrays = numpy.broadcast_arrays(*elements)
     return numpy.stack(arrays, axis=-1).reshape(arrays[0].shape + tuple(shape))

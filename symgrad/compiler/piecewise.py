@@ -8,6 +8,7 @@ every nested Piecewise as a ``PiecewiseOperand`` instead: the same function, opa
 The lowering (``derive.hoist_operands``) turns each operand back into a Piecewise of its own temporary,
 so that the condition compares plain symbols.
 """
+
 from __future__ import annotations
 
 import sympy
@@ -25,7 +26,7 @@ class PiecewiseOperand(sympy.Function):
     def eval(cls, *args):
         if len(args) % 2:
             raise TypeError(f"PiecewiseOperand takes value/condition pairs, got {len(args)} arguments")
-        if all(c.is_Boolean and c.is_Atom for c in args[1::2]):     # every condition decided: select
+        if all(c.is_Boolean and c.is_Atom for c in args[1::2]):  # every condition decided: select
             return Piecewise(*zip(args[::2], args[1::2]))
 
     @classmethod
@@ -75,5 +76,12 @@ def settled(rel: Relational) -> Relational:
 def piecewise(*pairs: tuple[sympy.Basic, sympy.Basic]) -> sympy.Expr:
     """``Piecewise(*pairs)``, with any Piecewise inside a condition held as an operand (see the module) and
     every comparison in a form that SymPy's canonicalization keeps (``settled``)."""
-    return Piecewise(*[(sympy.sympify(v), operands(sympy.sympify(c)).replace(
-        lambda e: isinstance(e, Relational), settled)) for v, c in pairs])
+    return Piecewise(
+        *[
+            (
+                sympy.sympify(v),
+                operands(sympy.sympify(c)).replace(lambda e: isinstance(e, Relational), settled),
+            )
+            for v, c in pairs
+        ]
+    )

@@ -10,25 +10,46 @@ table below replaces each with PyTorch's convention (measured in torch 2.13):
 | ``Derivative(frac(u))``, ``Derivative(Mod(u, c))`` | ``du``         | frac' = 1, fmod' = 1    |
 | ``re(u)`` / ``im(u)`` (``diff(Abs(u))`` when SymPy cannot prove ``u`` real) | ``u`` / 0 | values are real |
 
-Kinks handled before ``diff`` (see ``symgrad.primitives``): relu'(0) = 0, abs'(0) = 0 (``sign(0) = 0``),
+Kinks handled before ``diff`` (see ``symgrad.compiler.primitives``): relu'(0) = 0, abs'(0) = 0 (``sign(0) = 0``),
 relu6'(0) = relu6'(6) = 0, ``sg.clamp`` boundaries 1, ``Max``/``Min`` of two inputs split a tie 1/2 : 1/2,
 ``where(x > 0, ...)`` follows the user's inequality.
 """
+
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import sympy
-from sympy import (Abs, Add, And, Derivative, DiracDelta, Heaviside, Mod, Mul, Not, Or, Piecewise, Pow,
-                   Subs, Symbol, ceiling, floor, frac, im, re, sign)
+from sympy import (
+    Abs,
+    Add,
+    And,
+    Derivative,
+    DiracDelta,
+    Heaviside,
+    Mod,
+    Mul,
+    Not,
+    Or,
+    Piecewise,
+    Pow,
+    Subs,
+    Symbol,
+    ceiling,
+    floor,
+    frac,
+    im,
+    re,
+    sign,
+)
 from sympy.core.relational import Relational
 from sympy.functions.elementary.piecewise import ExprCondPair
-from sympy.logic.boolalg import BooleanFalse, BooleanTrue, ITE
+from sympy.logic.boolalg import ITE, BooleanFalse, BooleanTrue
 
-from .display import formula
-from .errors import UnsupportedError
-from .piecewise import PiecewiseOperand, branches
-from .primitives import PRIMITIVES
+from symgrad.compiler.display import formula
+from symgrad.compiler.piecewise import PiecewiseOperand, branches
+from symgrad.compiler.primitives import PRIMITIVES
+from symgrad.errors import UnsupportedError
 
 _ZERO_DERIVATIVE = (floor, ceiling, sign, Heaviside)
 
@@ -36,7 +57,7 @@ _ZERO_DERIVATIVE = (floor, ceiling, sign, Heaviside)
 def _subgradient(e: sympy.Basic) -> sympy.Basic | None:
     if isinstance(e, DiracDelta):
         return sympy.S.Zero
-    if isinstance(e, re):           # every value symgrad computes is real
+    if isinstance(e, re):  # every value symgrad computes is real
         return e.args[0]
     if isinstance(e, im):
         return sympy.S.Zero
@@ -66,12 +87,45 @@ def apply_subgradients(expr: sympy.Expr) -> sympy.Expr:
 #: Function classes every emitter prints. Extending symgrad with a function means adding it here and a
 #: ``_print_<Class>`` method to each emitter's printer.
 SUPPORTED_FUNCTIONS: tuple[type, ...] = (
-    sympy.exp, sympy.log, sympy.sin, sympy.cos, sympy.tan, sympy.asin, sympy.acos, sympy.atan, sympy.atan2,
-    sympy.sinh, sympy.cosh, sympy.tanh, sympy.asinh, sympy.acosh, sympy.atanh, sympy.erf, sympy.erfc,
-    Abs, sign, floor, ceiling, Piecewise, *PRIMITIVES,
+    sympy.exp,
+    sympy.log,
+    sympy.sin,
+    sympy.cos,
+    sympy.tan,
+    sympy.asin,
+    sympy.acos,
+    sympy.atan,
+    sympy.atan2,
+    sympy.sinh,
+    sympy.cosh,
+    sympy.tanh,
+    sympy.asinh,
+    sympy.acosh,
+    sympy.atanh,
+    sympy.erf,
+    sympy.erfc,
+    Abs,
+    sign,
+    floor,
+    ceiling,
+    Piecewise,
+    *PRIMITIVES,
 )
-_STRUCTURAL = (Add, Mul, Pow, Symbol, Relational, And, Or, Not, ITE, BooleanTrue, BooleanFalse,
-               ExprCondPair, PiecewiseOperand)
+_STRUCTURAL = (
+    Add,
+    Mul,
+    Pow,
+    Symbol,
+    Relational,
+    And,
+    Or,
+    Not,
+    ITE,
+    BooleanTrue,
+    BooleanFalse,
+    ExprCondPair,
+    PiecewiseOperand,
+)
 _UNPRINTABLE_ATOMS = (sympy.zoo, sympy.nan, sympy.I)
 
 

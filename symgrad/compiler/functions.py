@@ -3,17 +3,56 @@
 Everything here builds SymPy expressions; nothing evaluates numbers. ``where`` refuses Python booleans,
 which is what ``x != 0`` on a SymPy symbol silently becomes.
 """
+
 from __future__ import annotations
 
 import sympy
-from sympy import (Abs, Eq, Max, Min, Ne, Piecewise, acos, acosh, asin, asinh, atan, atan2, atanh, ceiling, cos,
-                   cosh, erf, erfc, exp, floor, log, pi, sign, sin, sinh, sqrt, tan, tanh)
+from sympy import (
+    Abs,
+    Eq,
+    Max,
+    Min,
+    Ne,
+    Piecewise,
+    acos,
+    acosh,
+    asin,
+    asinh,
+    atan,
+    atan2,
+    atanh,
+    ceiling,
+    cos,
+    cosh,
+    erf,
+    erfc,
+    exp,
+    floor,
+    log,
+    pi,
+    sign,
+    sin,
+    sinh,
+    sqrt,
+    tan,
+    tanh,
+)
 from sympy import E as e  # noqa: N811  (Euler's number, as in numpy.e)
 from sympy.logic.boolalg import And, Not, Or
 
-from .errors import ModelError
-from .piecewise import piecewise
-from .primitives import expm1, log1p, logaddexp, logsigmoid, maximum, minimum, sigmoid, softplus, xlogy
+from symgrad.compiler.piecewise import piecewise
+from symgrad.compiler.primitives import (
+    expm1,
+    log1p,
+    logaddexp,
+    logsigmoid,
+    maximum,
+    minimum,
+    sigmoid,
+    softplus,
+    xlogy,
+)
+from symgrad.errors import ModelError
 
 abs = Abs  # noqa: A001  (sg.abs like numpy.abs / torch.abs)
 
@@ -24,7 +63,8 @@ def where(condition, x, y) -> sympy.Expr:
         raise ModelError(
             f"sg.where: the condition is the Python bool {condition}, not a symbolic comparison. "
             "`x != y` and `x == y` on SymPy symbols compare the expressions themselves; "
-            "use sg.Ne(x, y) / sg.Eq(x, y).")
+            "use sg.Ne(x, y) / sg.Eq(x, y)."
+        )
     return piecewise((x, condition), (y, True))
 
 
@@ -52,8 +92,51 @@ def hypot(x, y) -> sympy.Expr:
 
 
 __all__ = [
-    "Abs", "Eq", "Max", "Min", "Ne", "Piecewise", "And", "Or", "Not", "abs", "acos", "acosh", "asin", "asinh",
-    "atan", "atan2", "atanh", "ceiling", "clamp", "cos", "cosh", "e", "erf", "erfc", "exp", "expm1", "floor",
-    "hypot", "log", "log1p", "logaddexp", "logsigmoid", "logsumexp", "maximum", "minimum", "pi", "relu", "sigmoid",
-    "sign", "sin", "sinh", "softplus", "sqrt", "tan", "tanh", "where", "xlogy",
+    "Abs",
+    "Eq",
+    "Max",
+    "Min",
+    "Ne",
+    "Piecewise",
+    "And",
+    "Or",
+    "Not",
+    "abs",
+    "acos",
+    "acosh",
+    "asin",
+    "asinh",
+    "atan",
+    "atan2",
+    "atanh",
+    "ceiling",
+    "clamp",
+    "cos",
+    "cosh",
+    "e",
+    "erf",
+    "erfc",
+    "exp",
+    "expm1",
+    "floor",
+    "hypot",
+    "log",
+    "log1p",
+    "logaddexp",
+    "logsigmoid",
+    "logsumexp",
+    "maximum",
+    "minimum",
+    "pi",
+    "relu",
+    "sigmoid",
+    "sign",
+    "sin",
+    "sinh",
+    "softplus",
+    "sqrt",
+    "tan",
+    "tanh",
+    "where",
+    "xlogy",
 ]

@@ -1,10 +1,11 @@
-"""Derivation: forward CSE -> straight-line program -> reverse accumulation over it.
+"""The derivation passes: forward CSE -> straight-line program -> reverse (and forward) accumulation over it.
 
 ``sympy.diff`` is only ever applied to one small assignment at a time, so gradients cost a small multiple
 of the forward program (the cheap-gradient principle) instead of swelling like tree differentiation.
 Adjoint terms that may be an exact zero selected by a ``Piecewise`` are guarded (``a == 0 ? 0 : a*d``),
 so an untaken branch's inf or NaN never reaches a gradient as ``0 * inf``.
 """
+
 from __future__ import annotations
 
 from collections import defaultdict
@@ -16,10 +17,10 @@ from math import gcd
 import sympy
 from sympy import Eq, Piecewise, Pow, Symbol
 
-from .display import formula
-from .piecewise import PiecewiseOperand, branches
-from .primitives import SHARED_CORE
-from .rules import apply_subgradients, check_supported
+from symgrad.compiler.display import formula
+from symgrad.compiler.piecewise import PiecewiseOperand, branches
+from symgrad.compiler.primitives import SHARED_CORE
+from symgrad.compiler.rules import apply_subgradients, check_supported
 
 Assignments = list[tuple[Symbol, sympy.Expr]]
 
@@ -42,7 +43,9 @@ def inline_booleans(assigns: Assignments, results: list[sympy.Expr]) -> tuple[As
     return kept, [r.xreplace(subs) if subs else r for r in results]
 
 
-def hoist_operands(assigns: Assignments, results: list[sympy.Expr], names) -> tuple[Assignments, list[sympy.Expr]]:
+def hoist_operands(
+    assigns: Assignments, results: list[sympy.Expr], names
+) -> tuple[Assignments, list[sympy.Expr]]:
     """Give every Piecewise and every exp(-|u|)-family primitive (``SHARED_CORE``: a Piecewise once in its
     stable form) nested inside a larger expression, and the operand of every ``Abs``, its own (real)
     temporary, so that the local derivative rules and the stable forms only ever see them applied to plain
@@ -53,12 +56,12 @@ def hoist_operands(assigns: Assignments, results: list[sympy.Expr], names) -> tu
       into the condition (exponential in the number of branches, through ``simplify_logic`` and inequality
       solving: ``logsumexp(sin(x), cos(x), x)`` took 15 s to lower).
     - A Piecewise that the model compares (``where(clamp(x, -1, 1) > y, ...)``) arrives held as a
-      ``PiecewiseOperand`` (see ``symgrad.piecewise``); it becomes a Piecewise temporary of its own here.
+      ``PiecewiseOperand`` (see ``symgrad.compiler.piecewise``); it becomes a Piecewise temporary of its own here.
     - ``diff(Abs(u))`` is ``sign(u)*du`` only when SymPy can prove ``u`` real; for ``Abs(atanh(t))`` or
       ``Abs(log(t))`` it returns ``re``/``im``/``atan2`` forms that are unprintable or wasteful."""
     out: Assignments = []
     branching = (Piecewise, PiecewiseOperand, sympy.Abs, *SHARED_CORE)
-    bound: dict[sympy.Basic, Symbol] = {}     # value -> its temporary (a compared Piecewise is also a value)
+    bound: dict[sympy.Basic, Symbol] = {}  # value -> its temporary (a compared Piecewise is also a value)
 
     def bind(value: sympy.Expr) -> Symbol:
         if value not in bound:
@@ -90,7 +93,9 @@ def hoist_operands(assigns: Assignments, results: list[sympy.Expr], names) -> tu
 REGROUP_MIN_EXPONENT = 5
 
 
-def regroup_powers(assigns: Assignments, results: list[sympy.Expr], names) -> tuple[Assignments, list[sympy.Expr]]:
+def regroup_powers(
+    assigns: Assignments, results: list[sympy.Expr], names
+) -> tuple[Assignments, list[sympy.Expr]]:
     """Undo SymPy's distribution of an integer power over a product, ``(a*b)**n -> a**n * b**n``, which
     overflows where the product itself is moderate: ``tanh(asinh(x))**125`` is ``x**125*(x**2 + 1)**(-125/2)``
     to SymPy, infinite over infinite in float32 from x = 2. A product of two or more powers whose rational
@@ -105,8 +110,11 @@ def regroup_powers(assigns: Assignments, results: list[sympy.Expr], names) -> tu
             return e
         args = [regroup(a) for a in e.args]
         if isinstance(e, sympy.Mul):
-            powers = [i for i, a in enumerate(args)
-                      if isinstance(a, Pow) and a.exp.is_Rational and not a.base.is_number]
+            powers = [
+                i
+                for i, a in enumerate(args)
+                if isinstance(a, Pow) and a.exp.is_Rational and not a.base.is_number
+            ]
             n = gcd(*[abs(args[i].exp.p) for i in powers]) if len(powers) >= 2 else 1
             # not when a factor would become b**r with 0 < r < 1: its derivative is infinite at b = 0, where
             # t**(n - 1) = 0 would make the gradient 0*inf (x**5*y**(5/2) has a finite one there)
@@ -137,7 +145,7 @@ def local_derivative(expr: sympy.Expr, wrt: Symbol, where: str) -> sympy.Expr:
     row and the jvp of one function walk the same forward program, so they ask for the same derivatives."""
     d = apply_subgradients(sympy.diff(expr, wrt))
     if isinstance(expr, Pow) and not expr.exp.is_Number:
-        d = sympy.powsimp(d)          # x**y*y/x (NaN at 0) -> y*x**(y - 1)
+        d = sympy.powsimp(d)  # x**y*y/x (NaN at 0) -> y*x**(y - 1)
     check_supported(d, lambda: f"{where}: derivative of {formula(expr)} with respect to {wrt}")
     return d
 
@@ -167,8 +175,9 @@ class Reverse:
     grads: list[sympy.Expr]
 
 
-def reverse_accumulate(body: Assignments, seeds: dict[Symbol, sympy.Expr], wrt: list[Symbol],
-                       where: str) -> Reverse:
+def reverse_accumulate(
+    body: Assignments, seeds: dict[Symbol, sympy.Expr], wrt: list[Symbol], where: str
+) -> Reverse:
     """Walk ``body`` backwards from ``seeds`` (adjoints of some assigned symbols) to the ``wrt`` symbols."""
     differentiable = set(wrt) | {s for s, _ in body}
     terms: dict[Symbol, list[sympy.Expr]] = defaultdict(list)
@@ -203,8 +212,9 @@ def reverse_accumulate(body: Assignments, seeds: dict[Symbol, sympy.Expr], wrt: 
     return Reverse(assigns, grads)
 
 
-def forward_accumulate(body: Assignments, tangents: dict[Symbol, sympy.Expr], where: str
-                       ) -> tuple[Assignments, dict[Symbol, sympy.Expr]]:
+def forward_accumulate(
+    body: Assignments, tangents: dict[Symbol, sympy.Expr], where: str
+) -> tuple[Assignments, dict[Symbol, sympy.Expr]]:
     """Forward mode over ``body``: the tangent of every assigned symbol, given the tangents of the inputs.
 
     A Piecewise-selected zero factor is guarded (``d == 0 ? 0 : d*dt``) where the incoming tangent is a
@@ -297,8 +307,8 @@ def inline_single_use(assigns: Assignments, keep: set[Symbol]) -> Assignments:
     power over a product again, see ``regroup_powers``); then give every compound base of a power its own
     temporary, so that ``sin(x)**3`` does not print as three calls."""
     uses: dict[Symbol, int] = defaultdict(int)
-    in_conditions: set[Symbol] = set()       # a Piecewise substituted there would be folded into it
-    bases: set[Symbol] = set()               # a product substituted there would be distributed again
+    in_conditions: set[Symbol] = set()  # a Piecewise substituted there would be folded into it
+    bases: set[Symbol] = set()  # a product substituted there would be distributed again
     for _, expr in assigns:
         for node in sympy.preorder_traversal(expr):
             if isinstance(node, Symbol):
@@ -322,8 +332,12 @@ def inline_single_use(assigns: Assignments, keep: set[Symbol]) -> Assignments:
 
     for sym, expr in assigns:
         expr = expr.xreplace(subs) if subs else expr
-        if sym not in keep and (expr.is_Atom or uses[sym] <= 1 and sym not in bases
-                                and not (sym in in_conditions and expr.has(Piecewise))):
+        if sym not in keep and (
+            expr.is_Atom
+            or uses[sym] <= 1
+            and sym not in bases
+            and not (sym in in_conditions and expr.has(Piecewise))
+        ):
             subs[sym] = expr
         else:
             out.append((sym, bind_bases(expr)))

@@ -1,4 +1,5 @@
 """Where symgrad keeps compiled artifacts, and how it writes them without ever exposing half a file."""
+
 from __future__ import annotations
 
 import atexit
@@ -11,8 +12,9 @@ import signal
 import tempfile
 import threading
 import warnings
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable, TypeVar
+from typing import TypeVar
 
 T = TypeVar("T")
 
@@ -44,9 +46,13 @@ def _remove_at_exit(path: Path, owner: int) -> None:
 def _fall_back(root: Path, exc: OSError) -> Path:
     global _fallback
     _fallback = Path(tempfile.mkdtemp(prefix="symgrad-cache-"))
-    atexit.register(_remove_at_exit, _fallback, os.getpid())          # it serves this process only
-    warnings.warn(f"symgrad: cache directory {root} is not usable ({exc}); using {_fallback} for this "
-                  "process. Set SYMGRAD_CACHE_DIR to a writable directory.", RuntimeWarning, stacklevel=3)
+    atexit.register(_remove_at_exit, _fallback, os.getpid())  # it serves this process only
+    warnings.warn(
+        f"symgrad: cache directory {root} is not usable ({exc}); using {_fallback} for this "
+        "process. Set SYMGRAD_CACHE_DIR to a writable directory.",
+        RuntimeWarning,
+        stacklevel=3,
+    )
     return _fallback
 
 
@@ -102,11 +108,11 @@ def _swap_in(build: Path, dest: Path) -> None:
         try:
             os.replace(dest, trash / dest.name)
         except OSError:
-            pass                      # another process replaced it first; ours goes in below
+            pass  # another process replaced it first; ours goes in below
     try:
         os.replace(build, dest)
     except OSError:
-        if not dest.exists():         # a concurrent writer won the race with identical content otherwise
+        if not dest.exists():  # a concurrent writer won the race with identical content otherwise
             raise
         shutil.rmtree(build, ignore_errors=True)
 

@@ -1,0 +1,52 @@
+"""A direct call into a C kernel for the backend's hot path: ``call(address, n, n_inputs, itemsize, *arrays)``.
+
+cffi's call converts every array to a cdata first (``ffi.from_buffer``, ~0.2 us each): on a 10-element
+array that is most of a tape op. This small CPython extension (built once per toolchain and Python,
+through the same cache as the kernels) takes the address of a kernel's pointer-array entry
+(``<kernel>__<program>_<dtype>__ptrs(int64_t n, void *const *p)``, emitted beside every kernel, so the
+call is made through its exact type) and the arrays themselves, reads their data pointers through the
+buffer protocol, releases the GIL and calls the entry. A uniform input is passed as a one-element array
+of the kernel's dtype. An array that is not C-contiguous or not aligned to ``itemsize`` (or a result that
+is not writable) raises ValueError before anything runs. The caller has checked dtypes and shapes, as it
+does for cffi.
+
+``caller()`` is None when the extension cannot be built; the backend then keeps cffi's call.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from symgrad.backends.c import cffi_build
+from symgrad.backends.c.toolchain import debug
+from symgrad.errors import CompileError, CompilerUnavailable
+
+#: The most arrays (inputs + results) one call takes; kernels with more go through cffi.
+MAX_ARRAYS = 64
+#: The label of its cache entry (``symgrad cache list``).
+LABEL = "symgrad's direct kernel call"
+
+
+def _source() -> str:
+    """``direct_call.c`` with ``SG_MAX_ARRAYS`` defined (the build defines ``SG_MODULE``)."""
+    text = Path(__file__).with_name("direct_call.c").read_text()
+    return f"#define SG_MAX_ARRAYS {MAX_ARRAYS}\n{text}"
+
+
+_caller: list = []
+
+
+def caller() -> Callable[..., None] | None:
+    """The extension's ``call``, built on first use; None (cffi's call stays) when it cannot be built."""
+    if not _caller:
+        try:
+            _caller.append(cffi_build.load_extension(_source(), LABEL).call)
+        except (CompileError, CompilerUnavailable, ImportError, OSError) as exc:
+            if debug(1):
+                print(
+                    f"symgrad: the direct kernel call is unavailable ({exc}); using cffi's", file=sys.stderr
+                )
+            _caller.append(None)
+    return _caller[0]

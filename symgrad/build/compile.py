@@ -1,0 +1,112 @@
+"""Model file or traced function -> kernels -> a package directory, rebuilt only when its content hash changed.
+
+SymPy and the compiler are imported only when something is actually (re)built.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from symgrad.build.cache import in_cache
+from symgrad.build.fingerprint import source_hash
+from symgrad.build.package import intact_manifest, write_package
+from symgrad.errors import ModelError
+
+if TYPE_CHECKING:
+    from symgrad.compiler.ir import Kernel
+    from symgrad.compiler.trace import Spec
+
+Progress = Callable[[int, int, str], None]
+
+
+@dataclass
+class BuildResult:
+    path: Path
+    rebuilt: bool
+    kernels: list[Kernel] = field(default_factory=list)
+
+
+def compile_model(
+    path: str | Path,
+    out_dir: str | Path | None = None,
+    *,
+    force: bool = False,
+    progress: Progress | None = None,
+) -> BuildResult:
+    """Compile every ``@sg.function`` of ``path`` into a package (default ``<stem>_symgrad/`` beside it)."""
+    path = Path(path)
+    try:
+        text = path.read_bytes()
+    except OSError as exc:
+        raise ModelError(f"{path}: cannot read the model file ({exc.strerror})") from None
+    dest = Path(out_dir) if out_dir else path.parent / f"{path.stem}_symgrad"
+    src_hash = source_hash(text)
+    old = intact_manifest(dest)
+    if not force and old is not None and old["source_hash"] == src_hash:
+        return BuildResult(dest, rebuilt=False)
+    from symgrad.compiler import compile_spec
+    from symgrad.compiler.model import load_model
+
+    functions = load_model(path)
+    kernels = []
+    for i, fn in enumerate(functions):
+        if progress:
+            progress(i, len(functions), fn.name)
+        kernels.append(compile_spec(fn.trace()))
+    try:
+        write_package(kernels, dest, path.name, src_hash)
+    except OSError as exc:  # keeps errno: a full cache directory makes sg.compile fall back (cache.in_cache)
+        raise OSError(
+            exc.errno, f"cannot write the compiled package {dest} ({exc.strerror or exc})"
+        ) from None
+    return BuildResult(dest, rebuilt=True, kernels=kernels)
+
+
+def compile_traced(spec: Spec) -> Path:
+    """The package of one traced function in the cache, keyed by what tracing produced (so closures over
+    constants are respected); built on a miss."""
+    import sympy
+
+    from symgrad.compiler import compile_spec
+
+    key = source_hash(
+        repr(
+            (
+                spec.name,
+                [(a.name, a.shape, a.diff, a.uniform) for a in spec.args],
+                [(o.shape, [sympy.srepr(e) for e in o.exprs]) for o in spec.outputs],
+                spec.returns_tuple,
+            )
+        ).encode()
+    )
+    kernels: list[Kernel] = []
+
+    def build(root: Path) -> Path:
+        dest = root / "jit" / f"{spec.name}-{key[:16]}"
+        if intact_manifest(dest) is None:
+            kernels[:] = kernels or [compile_spec(spec)]
+            write_package(kernels, dest, spec.origin, key)
+        return dest
+
+    return in_cache(build)
+
+
+def model_key(path: Path) -> str:
+    """Which cache entry holds the model at ``path`` (its resolved location, hashed)."""
+    return hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:12]
+
+
+def compile_model_in_cache(path: str | Path, *, force: bool = False) -> Path:
+    """``compile_model`` into the cache directory (one entry per model path); returns the package path."""
+    path = Path(path).resolve()
+
+    def build(root: Path) -> Path:
+        dest = root / "models" / f"{path.stem}-{model_key(path)}"
+        compile_model(path, dest, force=force)
+        return dest
+
+    return in_cache(build)

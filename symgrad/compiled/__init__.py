@@ -1,0 +1,26 @@
+"""Compiled functions: a package's kernels as NumPy-level callables (no SymPy; see ``docs/contracts.md``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from symgrad.build.compile import compile_model_in_cache
+from symgrad.build.package import Package
+from symgrad.compiled.function import CompiledFunction, register_tensor_hook, sum_to_shape
+
+
+def load_package(location: str | Path) -> dict[str, CompiledFunction]:
+    """The functions of a compiled package, by name (``location``: its directory or its ``__init__.py``)."""
+    path = Path(location)
+    if path.is_file():
+        path = path.parent
+    package = Package(path)
+    return {entry["name"]: CompiledFunction(package, entry) for entry in package.manifest["functions"]}
+
+
+def load_model(path: str | Path) -> dict[str, CompiledFunction]:
+    """The compiled functions of the model file at ``path``, compiled into the cache when it changed."""
+    return load_package(compile_model_in_cache(path))
+
+
+__all__ = ["CompiledFunction", "load_package", "load_model", "register_tensor_hook", "sum_to_shape"]
