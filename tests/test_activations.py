@@ -141,11 +141,11 @@ def test_numpy_kernels_compute_float32_in_float32(compiled):
     float32 computation to float64: the generated functions are called directly, since the backend's cast
     of the results back to float32 would hide it."""
     names = list(compiled.__all__)
-    module = backends.backend("numpy").load(getattr(compiled, names[0])._package).module
+    module = backends.backend("numpy").load(getattr(compiled, names[0]).package).module
     for name in names:
         fn = getattr(compiled, name)
-        for program, slots in fn._entry["programs"].items():
+        for program, slots in fn.programs.items():
             args = [np.full((3, *s["shape"]), 0.5, np.float32) for s in slots["inputs"]]
-            for k, result in enumerate(getattr(module, f"{fn._ident}__{program}")(*args)):
+            for k, result in enumerate(getattr(module, f"{fn.ident}__{program}")(*args)):
                 if isinstance(result, (np.ndarray, np.generic)):
                     assert result.dtype == np.float32, f"{name}.{program} result {k} is {result.dtype}"

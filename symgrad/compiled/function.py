@@ -8,7 +8,6 @@ calls the active backend's kernel and sums gradients of broadcast arguments back
 from __future__ import annotations
 
 import importlib
-import numbers
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -16,9 +15,19 @@ import numpy as np
 
 from symgrad import abi, backends
 from symgrad.build.package import Package
+from symgrad.compiled.arguments import (
+    batch_shape,
+    broadcast_batches,
+    check_arity,
+    check_dtype,
+    check_number,
+    is_number,
+    split_cotangents,
+    uniform_value,
+)
 from symgrad.errors import ArgumentError
 
-_F64, _F32 = _FLOATS = abi.FLOAT_DTYPES
+_F64, _F32 = abi.FLOAT_DTYPES
 
 
 #: (Tensor type, apply) once the tape runtime registered itself (``register_tensor_hook``): before that no
@@ -80,10 +89,14 @@ class CompiledFunction:
     """Forward, vjp and fused value_and_vjp of one function; see ``docs/contracts.md``."""
 
     def __init__(self, package: Package, entry: dict) -> None:
-        self._package = package
+        #: the package it was loaded from (``symgrad.build.package.Package``)
+        self.package = package
         self._entry = entry
         self.name: str = entry["name"]
-        self._ident: str = entry["ident"]
+        #: the sanitized identifier of its generated functions (``symgrad.abi.kernel_symbol``)
+        self.ident: str = entry["ident"]
+        #: program name -> {"inputs": [slot, ...], "outputs": [slot, ...]} as in the manifest
+        self.programs: dict[str, dict] = entry["programs"]
         self.origin: str = entry["origin"]
         self.__doc__ = entry["doc"] or f"Compiled symgrad function {self.name} ({self.origin})."
         self.arg_names = tuple(a["name"] for a in entry["args"])
@@ -100,7 +113,7 @@ class CompiledFunction:
         self.formulas: dict[str, str] = entry["formulas"]
         self.op_counts: dict[str, int] = entry["op_counts"]
         self._scalar_slots = not any(self.arg_shapes) and not any(self.out_shapes)
-        self._uniform_at = tuple(k for k, name in enumerate(self.arg_names) if name in self._uniform)
+        self.uniform_at = tuple(k for k, name in enumerate(self.arg_names) if name in self._uniform)
         self._elementwise = self._scalar_slots and not self._uniform
         #: per-element scalar, one output, one or two differentiable arguments: a tape node or autograd
         #: Function may run value_and_jacobian forward and save J (as large as the inputs) for backward
@@ -115,8 +128,10 @@ class CompiledFunction:
         self._vjp_names = self.arg_names + tuple(
             f"grad of output {k}" if self.n_outputs > 1 else "grad_out" for k in range(self.n_outputs)
         )
+        #: ``Softplus``: the name's parts capitalized, how tape nodes and framework ops label this function
+        self.title = "".join(p.capitalize() for p in self.name.split("_"))
         #: ``SoftplusBackward``: how tape nodes and framework ops name this function's backward
-        self.backward_name = "".join(p.capitalize() for p in self.name.split("_")) + "Backward"
+        self.backward_name = self.title + "Backward"
         self._kernels: dict[tuple, Any] = {}
         self._loaded: dict[str, tuple[str, Any]] = {}
 
@@ -139,18 +154,20 @@ class CompiledFunction:
     def _kernel_set(self) -> tuple[str, Any]:
         name = backends.get_backend_name()
         if name not in self._loaded:
-            self._loaded[name] = backends.load_kernels(self._package, name)
+            self._loaded[name] = backends.load_kernels(self.package, name)
         return self._loaded[name]
 
-    def _kernel(self, program: str, dtype: np.dtype):
+    def kernel(self, program: str, dtype: np.dtype) -> Any:
+        """The active backend's ``run`` for ``program`` in ``dtype`` (``symgrad.backends.base.Run``)."""
         key = (backends.chosen_name(), program, dtype)  # keyed by the chosen backend (the hot path)
         run = self._kernels.get(key)
         if run is None:
-            run = self._kernels[key] = self._kernel_set()[1].program(self._ident, program, dtype)
+            run = self._kernels[key] = self._kernel_set()[1].program(self.ident, program, dtype)
         return run
 
     # -- argument handling ------------------------------------------------------------------------------
     def _arrays(self, values: tuple, shapes: tuple, names: tuple) -> tuple[list, np.dtype, tuple]:
+        """(arrays of one dtype, that dtype, the broadcast batch shape), checking every argument."""
         if self._elementwise:  # fast path: same-shape, same-dtype float arrays and Python numbers
             fast = _same_shape_floats(values)
             if fast is not None:
@@ -158,42 +175,21 @@ class CompiledFunction:
         arrays, batches, dtypes = [], [], []
         for value, shape, name in zip(values, shapes, names):
             if name in self._uniform:
-                arrays.append(self._uniform_value(value, name))
+                arrays.append(uniform_value(self.name, name, value))
                 batches.append(())
                 continue
-            if isinstance(value, (float, int)) and not isinstance(value, bool):
-                arr = value
-                batch = ()
-                if shape:
-                    raise ArgumentError(
-                        f"{self.name}: argument '{name}' must have trailing shape {shape}, "
-                        f"got a Python number"
-                    )
+            if is_number(value):
+                check_number(self.name, name, shape)
+                arr, batch = value, ()
             else:
                 arr = value if isinstance(value, np.ndarray) else np.asarray(value)
-                if arr.dtype not in _FLOATS:
-                    raise ArgumentError(
-                        f"{self.name}: argument '{name}' has dtype {arr.dtype}; expected float32 or float64"
-                    )
+                check_dtype(self.name, name, arr.dtype)
                 dtypes.append(arr.dtype)
-                if shape:
-                    if arr.shape[arr.ndim - len(shape) :] != shape or arr.ndim < len(shape):
-                        raise ArgumentError(
-                            f"{self.name}: argument '{name}' must have trailing shape {shape} "
-                            f"(per-element {len(shape) == 1 and 'vector' or 'matrix'}), "
-                            f"got shape {arr.shape}"
-                        )
-                    batch = arr.shape[: arr.ndim - len(shape)]
-                else:
-                    batch = arr.shape
+                batch = batch_shape(self.name, name, arr.shape, shape)
             arrays.append(arr)
             batches.append(batch)
-        dtype = np.result_type(*dtypes) if dtypes else np.dtype(np.float64)
-        try:
-            batch = np.broadcast_shapes(*batches)
-        except ValueError:
-            described = ", ".join(f"'{n}' {b}" for n, b in zip(names, batches))
-            raise ArgumentError(f"{self.name}: argument batch shapes do not broadcast: {described}") from None
+        dtype = np.result_type(*dtypes) if dtypes else _F64
+        batch = broadcast_batches(self.name, names, batches)
         arrays = [
             a.astype(dtype)
             if isinstance(a, np.ndarray) and a.dtype != dtype
@@ -201,31 +197,6 @@ class CompiledFunction:
             for a in arrays
         ]
         return arrays, dtype, batch
-
-    def _uniform_value(self, value: Any, name: str) -> float:
-        if isinstance(value, np.ndarray) and value.ndim == 0 and value.dtype in _FLOATS:
-            return float(value)
-        if isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_)):
-            return float(value)
-        got = f"shape {np.shape(value)}" if np.ndim(value) else type(value).__name__
-        raise ArgumentError(f"{self.name}: argument '{name}' is uniform (one number per call); got {got}")
-
-    def _split(self, values: tuple, what: str) -> tuple[tuple, tuple]:
-        n = len(self.arg_names)
-        expected = n + self.n_outputs
-        if len(values) != expected:
-            cot = "one cotangent" if self.n_outputs == 1 else f"{self.n_outputs} cotangents"
-            raise ArgumentError(
-                f"{self.name}.{what} takes {expected} arrays ({n} arguments, then {cot}); got {len(values)}"
-            )
-        return values[:n], values[n:]
-
-    def _check_arity(self, values: tuple) -> None:
-        if len(values) != len(self.arg_names):
-            raise ArgumentError(
-                f"{self.name}() takes {len(self.arg_names)} argument(s) "
-                f"({', '.join(self.arg_names)}); got {len(values)}"
-            )
 
     def _package_outputs(self, outs: tuple) -> Any:
         return tuple(outs) if self.returns_tuple else outs[0]
@@ -237,7 +208,7 @@ class CompiledFunction:
         if out is None:
             return None
         outs = (out,) if isinstance(out, np.ndarray) else tuple(out)
-        shapes = [tuple(s["shape"]) for s in self._entry["programs"][program]["outputs"]]
+        shapes = [tuple(s["shape"]) for s in self.programs[program]["outputs"]]
         if len(outs) != len(shapes):
             raise ArgumentError(
                 f"{self.name}: out= takes {len(shapes)} array(s) for {program}; got {len(outs)}"
@@ -264,9 +235,9 @@ class CompiledFunction:
 
     def forward(self, *args: Any, out: Any = None) -> tuple[np.ndarray, ...]:
         """The outputs as a tuple, never recording on a tape; ``out=``: arrays to write them into."""
-        self._check_arity(args)
+        check_arity(self.name, self.arg_names, len(args))
         arrays, dtype, batch = self._arrays(args, self.arg_shapes, self.arg_names)
-        return self._kernel("forward", dtype)(
+        return self.kernel("forward", dtype)(
             tuple(arrays), batch, self._out(out, "forward", dtype, batch, arrays)
         )
 
@@ -284,7 +255,7 @@ class CompiledFunction:
     ) -> tuple[tuple, tuple]:
         """(outputs, gradients) of ``program``; ``needed``: a flag per argument, None for the gradients not
         needed (the tape's constants), which are then not summed back to their argument's shape."""
-        args, cots = self._split(values, what)
+        args, cots = split_cotangents(self.name, what, len(self.arg_names), self.n_outputs, values)
         arrays, dtype, batch = self._arrays(args + cots, self._vjp_shapes, self._vjp_names)
         if out is not None and not self._all_diff:
             out = self._drop_nondiff(out, self.n_outputs if program == "value_and_vjp" else 0)
@@ -301,7 +272,7 @@ class CompiledFunction:
                         f"{self.name}: with out=, argument '{name}' must have the full shape "
                         f"{batch + shape} (its gradient would be summed over broadcast axes)"
                     )
-        results = self._kernel(program, dtype)(tuple(arrays), batch, buffers)
+        results = self.kernel(program, dtype)(tuple(arrays), batch, buffers)
         n_out = self.n_outputs if program == "value_and_vjp" else 0
         grads = results[n_out:]
         if not self._all_diff:
@@ -334,7 +305,7 @@ class CompiledFunction:
     ) -> tuple[np.ndarray, ...]:
         """Gradients of every argument (each shaped like its argument; None for a ``nondiff`` one) given one
         cotangent per output; ``out=``: one array per gradient (of the differentiable arguments);
-        ``needs_input_grad``: a flag per argument (as on a PyTorch ``ctx``), None in the place of the others."""
+        ``needs_input_grad``: a flag per argument (as on a PyTorch ``ctx``), None in place of the others."""
         return self._vjp_call("vjp", args_and_cotangents, "vjp", out, needs_input_grad)[1]
 
     def value_and_vjp(self, *args_and_cotangents: Any, out: Any = None) -> tuple[Any, tuple[np.ndarray, ...]]:
@@ -366,7 +337,7 @@ class CompiledFunction:
         names = self.arg_names + tuple(f"tangent of {n}" for _, n, _ in wrt)
         shapes = self.arg_shapes + tuple(s for _, _, s in wrt)
         arrays, dtype, batch = self._arrays(inputs + tuple(t for t, _, _ in wrt), shapes, names)
-        results = self._kernel("jvp", dtype)(tuple(arrays), batch)
+        results = self.kernel("jvp", dtype)(tuple(arrays), batch)
         n = self.n_outputs
         return self._package_outputs(results[:n]), self._package_outputs(results[n:])
 
@@ -374,26 +345,26 @@ class CompiledFunction:
         """(outputs, J) with J of shape ``batch + (n_out, n_in)``: rows are the flattened outputs in order,
         columns the flattened differentiable (not ``nondiff``) arguments in order (each row-major), from one
         fused kernel; ``out=``: arrays for the outputs, then J (e.g. a view of a sparse matrix's values)."""
-        self._check_arity(args)
+        check_arity(self.name, self.arg_names, len(args))
         arrays, dtype, batch = self._arrays(args, self.arg_shapes, self.arg_names)
         buffers = self._out(out, "value_and_jacobian", dtype, batch, arrays)
-        results = self._kernel("value_and_jacobian", dtype)(tuple(arrays), batch, buffers)
+        results = self.kernel("value_and_jacobian", dtype)(tuple(arrays), batch, buffers)
         return self._package_outputs(results[:-1]), results[-1]
 
-    def _run_same_shape(self, program: str, arrays: Sequence) -> tuple | None:
-        """The (fresh) results of ``program`` when ``arrays`` are this function's arguments as same-shape float
-        arrays of one dtype (or numbers), else None: symgrad's own hot paths (the optimizers, the PyTorch op),
-        without the public entries' layers. Only for per-element scalar slots, uniform arguments given as
-        numbers."""
+    def run_same_shape(self, program: str, arrays: Sequence) -> tuple | None:
+        """The (fresh) results of ``program`` when ``arrays`` are this function's arguments as same-shape
+        float arrays of one dtype (or numbers), else None: symgrad's own hot paths (the optimizers, the
+        PyTorch op), without the public entries' layers. Only for per-element scalar slots, uniform
+        arguments given as numbers."""
         if not self._scalar_slots or len(arrays) != len(self.arg_names):
             return None
-        for k in self._uniform_at:  # a uniform argument must be a number here (an array: the checks' error)
+        for k in self.uniform_at:  # a uniform argument must be a number here (an array: the checks' error)
             if type(arrays[k]) is not float and type(arrays[k]) is not int:
                 return None
         same = _same_shape_floats(arrays)
         if same is None:
             return None
-        return self._kernel(program, same[1])(arrays, same[2])
+        return self.kernel(program, same[1])(arrays, same[2])
 
     def double_backward_error(self) -> RuntimeError:
         """The error every runtime raises when asked to differentiate this function's vjp again."""
@@ -417,6 +388,6 @@ class CompiledFunction:
 
 
 def _adapter(name: str) -> Callable:
-    """The adapter registered in ``ADAPTERS`` (a plugin table: this stage does not depend on the frameworks)."""
+    """The adapter registered in ``ADAPTERS`` (a plugin table: this stage depends on no framework)."""
     module, attr = ADAPTERS[name]
     return getattr(importlib.import_module(module), attr)

@@ -32,13 +32,24 @@ import jax.numpy as jnp
 import numpy as np
 
 from symgrad.abi import FLOAT_DTYPES
+from symgrad.compiled.arguments import (
+    FLOAT_NAMES,
+    batch_shape,
+    broadcast_batches,
+    broadcast_shape,
+    check_arity,
+    check_number,
+    dtype_error,
+    is_number,
+    type_error,
+)
 from symgrad.errors import ArgumentError
 
 _CACHE: dict[int, tuple[Any, JaxFunction]] = {}
 
 
 def to_jax(fn: Any) -> JaxFunction:
-    """``fn`` (a ``CompiledFunction``) as a JAX-differentiable function; repeated calls give the same object."""
+    """``fn`` (a ``CompiledFunction``) as a JAX-differentiable function; repeated calls give one object."""
     hit = _CACHE.get(id(fn))
     if hit is not None and hit[0] is fn:
         return hit[1]
@@ -54,6 +65,33 @@ def _sum_to(g: jax.Array, shape: tuple) -> jax.Array:
     return g if g.shape == tuple(shape) else jnp.broadcast_to(g, shape)
 
 
+def _callbacks(fn: Any) -> tuple:
+    """The host callbacks (forward, value_and_jacobian, vjp) calling ``fn``'s kernels on NumPy arrays."""
+    n_args = len(fn.arg_names)
+
+    def forward_callback(*arrays: Any) -> tuple:
+        return tuple(fn.forward(*(np.asarray(a) for a in arrays)))
+
+    def jacobian_callback(*arrays: Any) -> tuple:
+        outs, jac = fn.value_and_jacobian(*(np.asarray(a) for a in arrays))
+        return (*(outs if fn.returns_tuple else (outs,)), jac)
+
+    def vjp_callback(*arrays: Any) -> tuple:
+        # Full-batch gradients (no summing here): under vmap's expand_dims an unbatched argument arrives
+        # with a leading 1 while its per-example gradient must keep the batch axis; JAX sums afterwards.
+        arrays = [np.asarray(a) for a in arrays]
+        args = arrays[:n_args]
+        batch = broadcast_shape(
+            a.shape[: a.ndim - len(t)] for a, t in zip(arrays, fn.arg_shapes + fn.out_shapes)
+        )
+        full = [np.broadcast_to(a, batch + t) for a, t in zip(args, fn.arg_shapes)]
+        grads = fn.vjp(*full, *arrays[n_args:])
+        # custom_vjp wants a cotangent for every argument: zero for a nondiff one
+        return tuple(np.zeros_like(a) if g is None else g for g, a in zip(grads, full))
+
+    return forward_callback, jacobian_callback, vjp_callback
+
+
 class JaxFunction:
     """A compiled symgrad function as a JAX function; see the module docstring."""
 
@@ -64,6 +102,8 @@ class JaxFunction:
         self.__doc__ = fn.__doc__
         self.__name__ = self.__qualname__ = fn.name
         self._n_args, self._n_out = len(fn.arg_names), fn.n_outputs
+        #: per-element scalar, one output, one or two differentiable arguments (``CompiledFunction``)
+        self._jac_ok = fn.jacobian_saving
         self._core = self._make_core()
 
     def __repr__(self) -> str:
@@ -74,8 +114,8 @@ class JaxFunction:
         return max(len(s) - len(t) for s, t in zip(shapes, self.fn.arg_shapes))
 
     def _batch(self, shapes: tuple) -> tuple:
-        fn = self.fn
-        return tuple(np.broadcast_shapes(*(s[: len(s) - len(t)] for s, t in zip(shapes, fn.arg_shapes))))
+        """The broadcast batch shape of (checked) argument shapes."""
+        return broadcast_shape(s[: len(s) - len(t)] for s, t in zip(shapes, self.fn.arg_shapes))
 
     # -- the custom_vjp core: every argument has the same batch rank and the same dtype ---------------------
     def _use_jacobian(self, shapes: tuple) -> bool:
@@ -90,39 +130,11 @@ class JaxFunction:
 
     def _make_core(self) -> Any:
         fn, n_args, n_out = self.fn, self._n_args, self._n_out
-        self._jac_ok = (
-            all(s == () for s in fn.arg_shapes + fn.out_shapes)
-            and n_out == 1
-            and n_args <= 2
-            and all(fn.arg_diff)
-            and "value_and_jacobian" in fn._entry.get("programs", ())
-        )
+        forward_callback, jacobian_callback, vjp_callback = _callbacks(fn)
 
         def out_structs(args: tuple) -> tuple:
             batch = self._batch(tuple(a.shape for a in args))
             return tuple(jax.ShapeDtypeStruct(batch + s, args[0].dtype) for s in fn.out_shapes)
-
-        def forward_callback(*arrays: Any) -> tuple:
-            return tuple(fn.forward(*(np.asarray(a) for a in arrays)))
-
-        def jacobian_callback(*arrays: Any) -> tuple:
-            outs, jac = fn.value_and_jacobian(*(np.asarray(a) for a in arrays))
-            return (*(outs if fn.returns_tuple else (outs,)), jac)
-
-        def vjp_callback(*arrays: Any) -> tuple:
-            # Full-batch gradients (no summing here): under vmap's expand_dims an unbatched argument arrives
-            # with a leading 1 while its per-example gradient must keep the batch axis; JAX sums afterwards.
-            arrays = [np.asarray(a) for a in arrays]
-            args = arrays[:n_args]
-            batch = tuple(
-                np.broadcast_shapes(
-                    *(a.shape[: a.ndim - len(t)] for a, t in zip(arrays, fn.arg_shapes + fn.out_shapes))
-                )
-            )
-            full = [np.broadcast_to(a, batch + t) for a, t in zip(args, fn.arg_shapes)]
-            grads = fn.vjp(*full, *arrays[n_args:])
-            # custom_vjp wants a cotangent for every argument: zero for a nondiff one
-            return tuple(np.zeros_like(a) if g is None else g for g, a in zip(grads, full))
 
         def call_forward(args: tuple) -> tuple:
             return jax.pure_callback(forward_callback, out_structs(args), *args, vmap_method="expand_dims")
@@ -162,54 +174,32 @@ class JaxFunction:
 
     # -- the boundary ---------------------------------------------------------------------------------------
     def _prepare(self, args: tuple) -> list:
+        """The arguments checked (``symgrad.compiled.arguments``), as arrays of one float dtype."""
         fn = self.fn
-        if len(args) != self._n_args:
-            raise ArgumentError(
-                f"{fn.name}() takes {self._n_args} argument(s) ({', '.join(fn.arg_names)}); got {len(args)}"
-            )
-        arrays = []
+        check_arity(fn.name, fn.arg_names, len(args))
         for value, name, tail in zip(args, fn.arg_names, fn.arg_shapes):
-            number = isinstance(value, (int, float)) and not isinstance(value, bool)
-            if not number and not (hasattr(value, "shape") and hasattr(value, "dtype")):  # arrays, tracers
-                raise ArgumentError(
-                    f"{fn.name}: argument '{name}' must be an array or a Python number, "
-                    f"not {type(value).__name__}"
-                )
-            if number:
-                if tail:
-                    raise ArgumentError(
-                        f"{fn.name}: argument '{name}' must have trailing shape {tail}, got a Python number"
-                    )
-            else:
+            if is_number(value):
+                check_number(fn.name, name, tail)
+            elif hasattr(value, "shape") and hasattr(value, "dtype"):  # arrays, tracers
                 dtype = np.dtype(value.dtype)
-                if dtype.kind != "f":
-                    raise ArgumentError(
-                        f"{fn.name}: argument '{name}' has dtype {dtype}; expected float32 or float64"
-                    )
-                shape = tuple(value.shape)
-                if tail and (len(shape) < len(tail) or shape[len(shape) - len(tail) :] != tail):
-                    raise ArgumentError(
-                        f"{fn.name}: argument '{name}' must have trailing shape {tail} "
-                        f"(per-element), got shape {shape}"
-                    )
-            arrays.append(value)
-        dtype = np.dtype(jnp.result_type(*arrays))
+                if dtype.kind != "f":  # any float here: the promoted dtype is checked below
+                    raise dtype_error(fn.name, name, dtype)
+                batch_shape(fn.name, name, tuple(value.shape), tail)
+            else:
+                raise type_error(fn.name, name, "an array", value)
+        dtype = np.dtype(jnp.result_type(*args))
         if dtype not in FLOAT_DTYPES:
             if dtype.kind in "iub":  # only Python numbers: JAX's default float
                 dtype = np.dtype(jnp.result_type(float))
             else:
                 raise ArgumentError(
-                    f"{fn.name}: arguments have dtype {dtype}; the compiled kernels take float32 or float64"
+                    f"{fn.name}: arguments have dtype {dtype}; the compiled kernels take {FLOAT_NAMES}"
                 )
-        arrays = [jnp.asarray(a, dtype) for a in arrays]
+        arrays = [jnp.asarray(a, dtype) for a in args]
         shapes = tuple(a.shape for a in arrays)
-        try:
-            self._batch(shapes)
-        except ValueError:
-            described = ", ".join(
-                f"'{n}' {s[: len(s) - len(t)]}" for n, s, t in zip(fn.arg_names, shapes, fn.arg_shapes)
-            )
-            raise ArgumentError(f"{fn.name}: argument batch shapes do not broadcast: {described}") from None
+        broadcast_batches(
+            fn.name, fn.arg_names, [s[: len(s) - len(t)] for s, t in zip(shapes, fn.arg_shapes)]
+        )
         # Same batch rank for every argument (leading 1s; a free reshape): under vmap the batched axis goes in
         # front of each argument, and it only lines up across arguments of the same rank.
         rank = self._batch_rank(shapes)

@@ -19,7 +19,7 @@ _ADAM_STATE = ("exp_avg", "exp_avg_sq", "max_exp_avg_sq")
 
 
 def _rules() -> dict[str, Any]:
-    """The compiled update rules of ``optim_model.py`` by name (compiled on first use, then cached)."""
+    """The compiled update rules of ``optim/model.py`` by name (compiled on first use, then cached)."""
     if not _compiled:
         _compiled.update(load_model(_MODEL))
     return _compiled
@@ -98,7 +98,8 @@ class SGD(Optimizer):
 
 
 class Adam(Optimizer):
-    """Adam (Kingma & Ba) exactly as ``torch.optim.Adam``: bias-corrected moments, L2 weight decay, amsgrad."""
+    """Adam (Kingma & Ba) exactly as ``torch.optim.Adam``: bias-corrected moments, L2 weight decay,
+    amsgrad."""
 
     def __init__(
         self,
@@ -149,7 +150,7 @@ class Adam(Optimizer):
                 args = (data, p.grad.data, *(state[k] for k in keys), *hyper)
                 # one fused kernel, its results copied back in place: the parameter's array and its state
                 # arrays stay the same objects (large results come from the C backend's pool: no page faults)
-                results = rule._run_same_shape("forward", args)
+                results = rule.run_same_shape("forward", args)
                 if results is None:  # dtypes that differ (a float32 grad on a float64 parameter)
                     results = rule.forward(*args)
                 data[...] = results[0]

@@ -21,7 +21,8 @@ def _moments(param, grad, exp_avg, exp_avg_sq, beta1_c, beta2, beta2_c, weight_d
 
 @sg.function(uniform=_HYPER, nondiff=("param", "grad", "exp_avg", "exp_avg_sq") + _HYPER)
 def adam(param, grad, exp_avg, exp_avg_sq, beta1_c, beta2, beta2_c, eps, weight_decay, step_size, bias2_sqrt):
-    """One Adam step: (new param, new exp_avg, new exp_avg_sq); ``beta1_c = 1 - beta1``, ``beta2_c = 1 - beta2``."""
+    """One Adam step: (new param, new exp_avg, new exp_avg_sq); ``beta1_c = 1 - beta1``,
+    ``beta2_c = 1 - beta2``."""
     m, v = _moments(param, grad, exp_avg, exp_avg_sq, beta1_c, beta2, beta2_c, weight_decay)
     return param - step_size * m / (sg.sqrt(v) / bias2_sqrt + eps), m, v
 

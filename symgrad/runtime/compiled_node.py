@@ -2,9 +2,9 @@
 
 Two ways to record, with the same kernels:
 - per-element scalar functions with one output and one or two arguments (``fn.jacobian_saving``; the tape's
-  own primitives), called on same-shape arrays of one dtype, at most ``JACOBIAN_MAX`` elements: the forward runs the
-  fused ``value_and_jacobian`` kernel and the node saves J; backward is ``grad * J``, with no second kernel
-  call (on small tensors the call costs more than the arithmetic), as in the PyTorch interop.
+  own primitives), called on same-shape arrays of one dtype, at most ``JACOBIAN_MAX`` elements: the forward
+  runs the fused ``value_and_jacobian`` kernel and the node saves J; backward is ``grad * J``, with no
+  second kernel call (on small tensors the call costs more than the arithmetic), as in the PyTorch interop.
 - everything else: the forward kernel, and a node that saves the inputs; backward runs the vjp kernel and
   sums back to its input's shape only the gradients that a tracked input needs (None for a constant, and for
   a ``nondiff`` argument: a tensor passed there gets no gradient, as for a PyTorch Function whose backward
@@ -25,12 +25,14 @@ from symgrad.errors import ArgumentError
 from symgrad.runtime.autograd import Node, mode
 from symgrad.runtime.tensor import Tensor, _result
 
-#: Largest input (elements) for which a node saves the local Jacobian instead of the inputs (see the docstring).
+#: Largest input (elements) for which a node saves the local Jacobian instead of the inputs (see the
+#: docstring).
 JACOBIAN_MAX = 1 << 16
 
 
 def apply_compiled(fn: Any, args: tuple) -> Tensor | tuple[Tensor, ...]:
-    """Run compiled ``fn`` on tensors and numbers; record one node when grad mode is on and an input needs it."""
+    """Run compiled ``fn`` on tensors and numbers; record one node when grad mode is on and an input needs
+    it."""
     arrays = []
     inputs = []
     need = False
@@ -80,7 +82,7 @@ def _jacobian_node(fn: Any, arrays: list, inputs: list) -> Tensor | None:
     dtype, at most ``JACOBIAN_MAX`` elements, and numbers; else None (a function with a ``uniform`` argument
     records the vjp node, and a wrong argument count gets ``forward``'s error). The tape's hot path: the
     kernel straight after the argument pass."""
-    if len(arrays) != len(fn.arg_names) or fn._uniform_at:
+    if len(arrays) != len(fn.arg_names) or fn.uniform_at:
         return None
     first = None
     for a in arrays:
@@ -94,7 +96,7 @@ def _jacobian_node(fn: Any, arrays: list, inputs: list) -> Tensor | None:
             return None
     if first.dtype not in FLOAT_DTYPES or first.size > JACOBIAN_MAX:  # (a tensor requires grad: first is set)
         return None
-    out, jacobian = fn._kernel("value_and_jacobian", first.dtype)(arrays, first.shape)  # J: batch + (1, n)
+    out, jacobian = fn.kernel("value_and_jacobian", first.dtype)(arrays, first.shape)  # J: batch + (1, n)
     columns = tuple([None if inp is None else jacobian[..., 0, k] for k, inp in enumerate(inputs)])
     node = Node(_jacobian_backward, tuple(inputs), columns, fn, fn.backward_name, ((out.shape, out.dtype),))
     return _result(out, node, 0)

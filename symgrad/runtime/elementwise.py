@@ -1,4 +1,5 @@
-"""Loads ``elementwise_model.py`` (compiled into the cache once, on first use) and dispatches Tensor math to it.
+"""Loads ``elementwise_model.py`` (compiled into the cache once, on first use) and dispatches Tensor math
+to it.
 
 Every elementwise Tensor operation goes through ``call``: the one place that binds the runtime to the
 compiled primitives. Integer and boolean tensors, which the compiled kernels do not take and which never

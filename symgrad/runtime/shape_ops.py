@@ -88,7 +88,8 @@ def _broadcast_backward(node: Node, grads: list, graph: bool) -> tuple:
 
 
 def sum_to_shape(g: Any, shape: tuple) -> Any:
-    """Sum tensor ``g`` over the axes that broadcasting added or stretched to reach ``shape`` (on the tape)."""
+    """Sum tensor ``g`` over the axes that broadcasting added or stretched to reach ``shape`` (on the
+    tape)."""
     if g.shape == shape:
         return g
     axes = broadcast_axes(g.shape, shape)
@@ -136,7 +137,8 @@ def _mean_backward(node: Node, grads: list, graph: bool) -> tuple:
 
 
 def reduce_extreme(x: Any, axis: Any, keepdims: bool, np_fn: Any) -> Any:
-    """``np.max`` / ``np.min`` over ``axis``; tied extremes share the gradient equally (like ``torch.amax``)."""
+    """``np.max`` / ``np.min`` over ``axis``; tied extremes share the gradient equally (like
+    ``torch.amax``)."""
     if not isinstance(x, Tensor):
         return np_fn(x, axis=axis, keepdims=keepdims)
     if _tracked(x) is None:

@@ -357,7 +357,8 @@ def tensor(data: Any, requires_grad: bool = False, dtype: Any = None) -> Tensor:
 
 
 def from_numpy(array: np.ndarray) -> Tensor:
-    """A leaf tensor sharing ``array``'s memory (``torch.from_numpy``): a write to either shows in the other."""
+    """A leaf tensor sharing ``array``'s memory (``torch.from_numpy``): a write to either shows in the
+    other."""
     if not isinstance(array, np.ndarray):
         raise TypeError(f"expected np.ndarray (got {type(array).__name__})")
     return _result(array)

@@ -1,0 +1,133 @@
+"""The argument checks of every entry point: ``CompiledFunction`` (NumPy) and the PyTorch and JAX interop.
+
+Pure functions over names, shapes and dtypes, with no framework in them: each raises ``ArgumentError``
+naming the function and the argument, so that a wrong call reads the same whichever framework made it.
+Shapes may be any sequence of sizes (``torch.Size``, also with symbolic sizes while tracing); dtypes are
+compared with ``in`` against the caller's own float dtypes.
+"""
+
+from __future__ import annotations
+
+import numbers
+from collections.abc import Callable, Container, Iterable, Sequence
+from typing import Any
+
+import numpy as np
+
+from symgrad.abi import FLOAT_DTYPES
+from symgrad.errors import ArgumentError
+
+
+def float_names(dtypes: Iterable[np.dtype], name: Callable[[np.dtype], Any] = str) -> str:
+    """``"float32 or float64"``: NumPy ``dtypes``, narrowest first, each named as ``name`` (e.g. a framework's
+    dtype) writes it."""
+    return " or ".join(str(name(d)) for d in sorted(dtypes, key=lambda d: d.itemsize))
+
+
+#: The float dtypes the kernels take, as error messages name them.
+FLOAT_NAMES = float_names(FLOAT_DTYPES)
+
+
+def is_number(value: Any) -> bool:
+    """A Python int or float, not a bool: the kernels take it as it is; it is weak in dtype promotion."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def check_arity(fn_name: str, arg_names: Sequence[str], n_given: int) -> None:
+    """Raise unless a call gave one value per argument."""
+    if n_given != len(arg_names):
+        raise ArgumentError(
+            f"{fn_name}() takes {len(arg_names)} argument(s) ({', '.join(arg_names)}); got {n_given}"
+        )
+
+
+def split_cotangents(
+    fn_name: str, what: str, n_args: int, n_outputs: int, values: tuple
+) -> tuple[tuple, tuple]:
+    """(arguments, cotangents) of a call ``fn_name.what(*args, *cotangents)``, checking their count."""
+    expected = n_args + n_outputs
+    if len(values) != expected:
+        cot = "one cotangent" if n_outputs == 1 else f"{n_outputs} cotangents"
+        raise ArgumentError(
+            f"{fn_name}.{what} takes {expected} arrays ({n_args} arguments, then {cot}); got {len(values)}"
+        )
+    return values[:n_args], values[n_args:]
+
+
+def dtype_error(fn_name: str, name: str, dtype: Any, expected: str = FLOAT_NAMES) -> ArgumentError:
+    """The error for an argument of a dtype the kernels do not take; ``expected`` names those they do."""
+    return ArgumentError(f"{fn_name}: argument '{name}' has dtype {dtype}; expected {expected}")
+
+
+def check_dtype(
+    fn_name: str, name: str, dtype: Any, allowed: Container = FLOAT_DTYPES, expected: str = FLOAT_NAMES
+) -> None:
+    """Raise unless ``dtype`` is one of ``allowed`` (the float dtypes, in the caller's framework)."""
+    if dtype not in allowed:
+        raise dtype_error(fn_name, name, dtype, expected)
+
+
+def type_error(fn_name: str, name: str, expected: str, value: Any) -> ArgumentError:
+    """The error for an argument that is neither an array of the framework (``expected``) nor a number."""
+    return ArgumentError(
+        f"{fn_name}: argument '{name}' must be {expected} or a Python number, not {type(value).__name__}"
+    )
+
+
+def check_number(fn_name: str, name: str, tail: tuple) -> None:
+    """Raise if a Python number is given for an argument with a per-element shape ``tail``."""
+    if tail:
+        raise ArgumentError(
+            f"{fn_name}: argument '{name}' must have trailing shape {tail}, got a Python number"
+        )
+
+
+def batch_shape(fn_name: str, name: str, shape: Sequence, tail: tuple) -> Sequence:
+    """The batch (leading) part of an argument's ``shape``, whose trailing axes must be its per-element
+    shape ``tail``; ``shape`` itself for a per-element scalar."""
+    if not tail:
+        return shape
+    cut = len(shape) - len(tail)
+    if cut < 0 or tuple(shape[cut:]) != tail:
+        kind = "vector" if len(tail) == 1 else "matrix"
+        raise ArgumentError(
+            f"{fn_name}: argument '{name}' must have trailing shape {tail} (per-element {kind}), "
+            f"got shape {tuple(shape)}"
+        )
+    return shape[:cut]
+
+
+def broadcast_shape(shapes: Iterable[Sequence]) -> tuple | None:
+    """The broadcast of ``shapes`` (NumPy's rules), None if they do not broadcast. Plain Python: cheaper
+    than ``np.broadcast_shapes`` for a few short shapes, and fine on symbolic sizes."""
+    result: list = []
+    for shape in shapes:
+        shape = tuple(shape)
+        if len(shape) > len(result):
+            result = [1] * (len(shape) - len(result)) + result
+        for i, n in enumerate(shape, len(result) - len(shape)):
+            if n == 1 or n == result[i]:
+                continue
+            if result[i] != 1:
+                return None
+            result[i] = n
+    return tuple(result)
+
+
+def broadcast_batches(fn_name: str, names: Sequence[str], batches: Sequence[Sequence]) -> tuple:
+    """The broadcast of the arguments' batch shapes; raise, listing them, if they do not broadcast."""
+    batch = broadcast_shape(batches)
+    if batch is None:
+        described = ", ".join(f"'{n}' {tuple(b)}" for n, b in zip(names, batches))
+        raise ArgumentError(f"{fn_name}: argument batch shapes do not broadcast: {described}")
+    return batch
+
+
+def uniform_value(fn_name: str, name: str, value: Any) -> float:
+    """A ``uniform`` argument (one number per call: a real number or a 0-d float array) as a float."""
+    if isinstance(value, np.ndarray) and value.ndim == 0 and value.dtype in FLOAT_DTYPES:
+        return float(value)
+    if isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_)):
+        return float(value)
+    got = f"shape {np.shape(value)}" if np.ndim(value) else type(value).__name__
+    raise ArgumentError(f"{fn_name}: argument '{name}' is uniform (one number per call); got {got}")
