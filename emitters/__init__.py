@@ -1,8 +1,8 @@
 """Emitters: one printer per target over the same kernel IR, registered by name.
 
-An emitter turns a list of ``symgrad.compiler.ir.Kernel`` into the text of one file (``emit_module``) and can show
-the part for one kernel (``emit_function``). Emitters never differentiate; adding a target means adding
-one module here that calls ``register``.
+An emitter turns a list of ``symgrad.compiler.ir.Kernel`` into the text of one file (``emit_module``) and
+can show the part for one kernel (``emit_function``). Emitters never differentiate; adding a target means
+adding one module (or package) here that calls ``register``.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 
 class ExpressionPrinter:
     """Code-printer mixin: ``doprint`` of one right-hand side, without SymPy's statement machinery (assignment
-    targets, the UnevaluatedExpr rewrite walk, line formatting), which cost half of the emit time; emitters
+    targets, the UnevaluatedExpr rewrite walk, line formatting; its cost: docs/performance.md); emitters
     write statements themselves. Printers run in strict mode (unsupported constructs raise); an expression
     that needs a number constant declared falls back to the full ``doprint``."""
 

@@ -15,7 +15,7 @@ from sympy.printing.numpy import NumPyPrinter
 from sympy.printing.precedence import PRECEDENCE
 
 from symgrad import abi
-from symgrad.compiler.display import TermOrder
+from symgrad.compiler.display import PiecewiseSelects, TermOrder
 from symgrad.compiler.ir import Kernel, Program, Slot
 
 from . import ExpressionPrinter, ModelInfo, one_line, register
@@ -37,7 +37,7 @@ def _constant_select(expr) -> bool:
     return isinstance(expr, sympy.Piecewise) and all(v.is_number for v, _ in expr.args)
 
 
-class SymgradNumPyPrinter(ExpressionPrinter, TermOrder, NumPyPrinter):
+class SymgradNumPyPrinter(ExpressionPrinter, TermOrder, PiecewiseSelects, NumPyPrinter):
     """Expressions only; statements and layout belong to the emitter.
 
     float32 stays float32 math: compound constants that NumPy would compute as float64 scalars are printed
@@ -98,20 +98,12 @@ class SymgradNumPyPrinter(ExpressionPrinter, TermOrder, NumPyPrinter):
     def _print_BooleanFalse(self, expr):
         return "False"
 
+    def _select(self, cond: str, then: str, other: str) -> str:
+        return f"numpy.where({cond}, {then}, {other})"
+
     def _print_ITE(self, expr):
         c, a, b = expr.args
-        return f"numpy.where({self._print(c)}, {self._print(a)}, {self._print(b)})"
-
-    def _print_Piecewise(self, expr):
-        *branches, (last, cond) = expr.args
-        text = (
-            self._print(last)
-            if cond == sympy.true
-            else f"numpy.where({self._print(cond)}, {self._print(last)}, numpy.nan)"
-        )
-        for value, c in reversed(branches):
-            text = f"numpy.where({self._print(c)}, {self._print(value)}, {text})"
-        return text
+        return self._select(self._print(c), self._print(a), self._print(b))
 
     @staticmethod
     def _number(value: float) -> str:
@@ -127,8 +119,8 @@ class SymgradNumPyPrinter(ExpressionPrinter, TermOrder, NumPyPrinter):
         return self._number(float(expr))
 
     def _print_Integer(self, expr):
-        # small integers stay Python ints (exact, and weak: float32 stays float32); a huge one becomes a float,
-        # since NumPy cannot convert a Python int beyond int64 (OverflowError) and float() of it raises
+        # small integers stay Python ints (exact, and weak: float32 stays float32); a huge one becomes a
+        # float, since NumPy cannot convert a Python int beyond int64 (OverflowError) and float() of it raises
         if abs(int(expr)) <= 2**53:
             return str(int(expr))
         return self._number(float(sympy.Float(expr)))

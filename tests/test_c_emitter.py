@@ -16,10 +16,11 @@ import emitters
 import symgrad
 import symgrad as fe
 import symgrad.compiler.functions as sg
-from emitters.c import DTYPES, CEmitter, SymgradCPrinter, c_safe, cdef
+from emitters.c import DTYPES, CEmitter, SymgradCPrinter, c_safe
 from symgrad import abi
 from symgrad.backends import npfuncs
 from symgrad.backends.c import cffi_build as build_c
+from symgrad.backends.c import entries
 from symgrad.compiler import compile_spec
 from symgrad.compiler.primitives import logaddexp, maximum, minimum, sigmoid, softplus, xlogy
 from symgrad.errors import CompilerUnavailable
@@ -272,7 +273,7 @@ def test_module_layout(all_kernels, module_text):
 def test_parallel_threshold_follows_the_work_per_row(all_kernels):
     """A loop runs on all threads from fewer rows when its rows cost more: math calls weigh CALL_COST, and
     a float64 row twice a float32 one; always within [PARALLEL_MIN_ROWS_FLOOR, PARALLEL_MIN_ROWS]."""
-    from emitters import c as ce
+    from emitters.c import loops as ce
 
     by_name = {k.name: k for k in all_kernels}
     f64, f32 = DTYPES
@@ -315,7 +316,7 @@ def test_float32_functions_are_float32(all_kernels):
                 assert not re.search(rf"\b{f}\(", code), (f, text)
 
 
-def test_emit_function_and_cdef(all_kernels):
+def test_emit_function_and_pointer_entries(all_kernels):
     k = all_kernels[0]
     text = emitters.get("c").emit_function(k)
     lines = text.splitlines()
@@ -323,25 +324,18 @@ def test_emit_function_and_cdef(all_kernels):
     pointers = [line for line in lines if line.startswith("void softplus_fn__") and "__ptrs(" in line]
     rows = [line for line in lines if line.startswith("static SG_NOINLINE void sg_rows_softplus_fn__")]
     assert len(exported) == len(pointers) == len(rows) == 2 * len(k.programs)
-    proto = cdef([k])
-    assert proto.count(";") == 4 * len(k.programs) and "restrict" not in proto
-    assert "void softplus_fn__value_and_vjp_f32__ptrs(int64_t n, void *const *p);" in proto
-    assert (
-        "void softplus_fn__value_and_vjp_f32(int64_t n, const float *, const float *, float *, float *);"
-        in proto
-    )
+    assert "void softplus_fn__value_and_vjp_f32__ptrs(int64_t n, void *const *p)" in pointers
+    assert "void softplus_fn__value_and_vjp_f32(int64_t n," in exported
 
 
-def test_cdef_from_manifest_matches_emitter(all_kernels):
+def test_manifest_entries_match_the_emitted_file(all_kernels, module_text):
+    """The entries the C backend looks up (from the manifest) are exactly those the emitter defines."""
     from symgrad.build.package import kernel_manifest
 
     manifest = {"functions": [kernel_manifest(k, {}) for k in all_kernels]}
-
-    def signatures(text):
-        found = re.finditer(r"void (\w+)\((.*?)\);", text, re.S)
-        return sorted((m.group(1), m.group(2).count("*")) for m in found)
-
-    assert signatures(cdef(all_kernels)) == signatures(abi.cdef_from_manifest(manifest))
+    defined = re.findall(r"^void (\w+__ptrs)\(int64_t n, void \*const \*p\)$", module_text, re.M)
+    assert abi.pointer_entries(manifest) == sorted(defined)
+    assert len(defined) == 2 * sum(len(k.programs) for k in all_kernels)
 
 
 def test_notes_are_comment_safe():
@@ -489,18 +483,24 @@ def sample_inputs(program, n, dtype, rng):
 @pytest.fixture(scope="module")
 def compiled(all_kernels, module_text):
     try:
-        return build_c.load(module_text, cdef(all_kernels), label="test_c_emitter")
+        names = sorted(
+            abi.pointer_entry(k.name, p.name, d.suffix)
+            for k in all_kernels
+            for p in k.programs
+            for d in DTYPES
+        )
+        return build_c.load(module_text, entries.CDEF, label="test_c_emitter", glue=entries.glue(names))
     except CompilerUnavailable as exc:
         pytest.skip(f"no C toolchain: {exc}")
 
 
 def call(module, kernel, program, dtype, arrays):
-    from symgrad.backends.c import _make_run
+    from symgrad.backends.c import _cffi_run
 
-    fn = getattr(module.lib, abi.kernel_symbol(kernel.name, program.name, abi.DTYPE_SUFFIX[np.dtype(dtype)]))
-    run = _make_run(
-        fn, module.ffi, np.dtype(dtype), [s.shape for s in program.inputs], [s.shape for s in program.outputs]
-    )
+    name = abi.pointer_entry(kernel.name, program.name, abi.DTYPE_SUFFIX[np.dtype(dtype)])
+    address = int(module.ffi.cast("uintptr_t", module.lib.sg_entry(name.encode())))
+    ins = [None if s.uniform else s.shape for s in program.inputs]
+    run = _cffi_run(address, module.ffi, np.dtype(dtype), ins, [s.shape for s in program.outputs])
     return run(tuple(arrays), (arrays[0].shape[0],))
 
 
@@ -534,7 +534,7 @@ def test_kernels_agree_with_reference(compiled, all_kernels, dtype):
 def test_two_row_loops_do_every_row(compiled, all_kernels):
     """A latency-bound loop does rows i and j = i + skip per iteration (an odd count does its middle row
     twice): every count, from none to a few vectors plus one, gives each row its own value."""
-    from emitters import c as ce
+    from emitters.c import loops as ce
 
     k = next(k for k in all_kernels if k.name == "gelu_tanh")
     program = k.program("value_and_vjp")

@@ -1,4 +1,8 @@
-"""Human-readable formulas: SymPy's str printer with ``where(...)`` for Piecewise, used in comments and `show`."""
+"""Human-readable formulas: SymPy's str printer with ``where(...)`` for Piecewise, for comments and `show`.
+
+Also the printer mixins the emitters share: ``TermOrder`` (an Add's terms in canonical order) and
+``PiecewiseSelects`` (a Piecewise as nested selects, each printer writing one select its own way).
+"""
 
 from __future__ import annotations
 
@@ -9,7 +13,7 @@ from sympy.printing.str import StrPrinter
 class TermOrder:
     """Printer mixin: an Add's terms in SymPy's canonical argument order (deterministic, constants first).
 
-    SymPy's display order sorts the terms on every print, a fifth of the time to emit a model, and evaluates
+    SymPy's display order sorts the terms on every print (its cost: docs/performance.md), and evaluates
     compound constant terms numerically to do it (minutes for one like ``exp(exp(exp(40)))``, found by
     ``make fuzz``); the canonical order costs nothing and reads as well."""
 
@@ -17,21 +21,35 @@ class TermOrder:
         return list(expr.args)
 
 
-class FormulaPrinter(TermOrder, StrPrinter):
+class PiecewiseSelects:
+    """Printer mixin: a Piecewise as nested selects, ``select(c1, v1, select(c2, v2, ...))``.
+
+    The pairs are taken in order, the first true condition choosing its value; a final ``True`` condition
+    is the innermost value, otherwise the last select falls back to the printer's NaN. A printer says how
+    it writes one select (the three operands already printed) in ``_select``; conditions print before
+    their values, as SymPy's printers do."""
+
+    def _select(self, cond: str, then: str, other: str) -> str:
+        raise NotImplementedError
+
     def _print_Piecewise(self, expr: sympy.Piecewise) -> str:
         *branches, (last, cond) = expr.args
-        text = (
-            self._print(last)
-            if cond == sympy.true
-            else f"where({self._print(cond)}, {self._print(last)}, nan)"
-        )
+        if cond == sympy.true:
+            text = self._print(last)
+        else:
+            text = self._select(self._print(cond), self._print(last), self._print(sympy.nan))
         for value, c in reversed(branches):
-            text = f"where({self._print(c)}, {self._print(value)}, {text})"
+            text = self._select(self._print(c), self._print(value), text)
         return text
+
+
+class FormulaPrinter(TermOrder, PiecewiseSelects, StrPrinter):
+    def _select(self, cond: str, then: str, other: str) -> str:
+        return f"where({cond}, {then}, {other})"
 
     def _print_ITE(self, expr) -> str:
         c, a, b = expr.args
-        return f"where({self._print(c)}, {self._print(a)}, {self._print(b)})"
+        return self._select(self._print(c), self._print(a), self._print(b))
 
 
 def formula(expr: sympy.Basic, limit: int = 0) -> str:

@@ -1,7 +1,7 @@
 """The fixed C text of the C target: dtypes, libm names, the stable-primitive helpers, loop macros, the
 ``declare simd`` block for libmvec, and which identifiers are unsafe in C (macros, called functions).
 
-Kept apart from ``emitters/c.py`` (the printer and emitter) so that each file stays readable.
+Only constants and text templates: nothing here depends on a model; ``printer`` and ``module`` fill them in.
 """
 
 from __future__ import annotations
