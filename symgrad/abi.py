@@ -1,12 +1,13 @@
-"""The ABI of generated code, shared by the emitters and the backends: symbol names, and for C (``emitters/c.py``
-<-> ``symgrad/backends/c``) the float types, prototypes, cffi ``cdef`` text and which identifiers are unsafe.
+"""The ABI of generated code, shared by the emitters and the backends: symbol names, and for C
+(``emitters/c/`` <-> ``symgrad/backends/c/``) the float types, prototypes, the pointer-array entries, the
+section mark of ``kernels.c`` and which identifiers are unsafe.
 No SymPy here: the runtime loads compiled packages through this module.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -34,33 +35,24 @@ def prototype(name: str, params: Sequence[str], lead: str = "void", first: str =
     return f"{lead} {name}({first},\n" + ",\n".join(indent + p for p in params) + ")"
 
 
-def kernel_params(ctype: str, uniform_inputs: Sequence[bool], n_outputs: int) -> list[str]:
-    """A kernel's parameters after ``n``: inputs (a uniform one by value), then the results."""
-    return [f"const {ctype}" if u else f"const {ctype} *" for u in uniform_inputs] + [
-        f"{ctype} *"
-    ] * n_outputs
+def pointer_entry(ident: str, program: str, suffix: str) -> str:
+    """The symbol of a C kernel's pointer-array entry: ``<ident>__<program>_<suffix>__ptrs``."""
+    return kernel_symbol(ident, program, suffix) + POINTERS_SUFFIX
 
 
-def cdef(programs: Iterable[tuple[str, str, Sequence[bool], int]]) -> str:
-    """The cffi ``cdef`` of a module: for each (ident, program, uniform flag per input, number of results)
-    and dtype, the kernel and its pointer-array entry."""
-    lines = []
-    programs = list(programs)
-    for suffix, ctype in C_TYPES.items():
-        for ident, program, uniform_inputs, n_outputs in programs:
-            name = kernel_symbol(ident, program, suffix)
-            lines.append(prototype(name, kernel_params(ctype, uniform_inputs, n_outputs)) + ";")
-            lines.append(f"void {name}{POINTERS_SUFFIX}(int64_t n, void *const *p);")
-    return "\n".join(lines)
-
-
-def cdef_from_manifest(manifest: dict) -> str:
-    """``cdef`` of a compiled package's ``kernels.c``, read from its manifest."""
-    return cdef(
-        (fn["ident"], program, [bool(s.get("uniform")) for s in slots["inputs"]], len(slots["outputs"]))
+def pointer_entries(manifest: dict) -> list[str]:
+    """The pointer-array entry of every kernel of a compiled package (its manifest), sorted."""
+    return sorted(
+        pointer_entry(fn["ident"], program, suffix)
         for fn in manifest["functions"]
-        for program, slots in fn["programs"].items()
+        for program in fn["programs"]
+        for suffix in C_TYPES
     )
+
+
+#: How each function's section of ``kernels.c`` begins, at the start of a line, after the file's shared
+#: header. Sections refer to nothing in other sections, so the build may compile them as separate units.
+SECTION_MARK = "/* ---- "
 
 
 #: Identifiers ``symgrad.compiler.naming.sanitize`` never hands out: C keywords, the libm functions and types

@@ -3,6 +3,7 @@ and the ``run`` contract (materialization, dtype checks, fresh outputs)."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -15,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from symgrad import abi
 from symgrad.backends.c import cffi_build as build_c
 from symgrad.build.cache import cache_root
 from symgrad.errors import BackendUnavailable, CompileError, CompilerUnavailable
@@ -215,7 +217,7 @@ def test_list_and_clear(cache):
     assert build_c.list_entries() == []
 
 
-# -- the backend's run() contract -----------------------------------------------------------------------------
+# -- the backend's run() contract ----------------------------------------------------------------------------
 
 MODEL = """
 import symgrad as sg
@@ -324,7 +326,8 @@ def test_run_copies_an_unaligned_input(kernels):
 
 
 def test_cffi_call_matches_the_direct_call(package, monkeypatch):
-    """Where the direct-call extension cannot be built, the kernels run through cffi, with the same results."""
+    """Where the direct-call extension cannot be built, the kernels run through cffi, with the same
+    results."""
     from symgrad.backends import c as c_backend
     from symgrad.backends.c import direct
 
@@ -348,7 +351,7 @@ def test_cffi_call_matches_the_direct_call(package, monkeypatch):
     assert direct.caller() is not None  # this machine builds it
     want = results("_direct_run")
     monkeypatch.setattr(direct, "_caller", [None])
-    got = results("_make_run")
+    got = results("_cffi_run")
     for g_results, w_results in zip(got, want):
         for a, b in zip(g_results, w_results):
             np.testing.assert_array_equal(a, b)
@@ -358,9 +361,7 @@ def test_direct_call_refuses_bad_buffers(kernels):
     from symgrad.backends.c import direct
 
     call = direct.caller()
-    address = int(
-        kernels.ffi.cast("uintptr_t", kernels.ffi.addressof(kernels.lib, "blend__forward_f64__ptrs"))
-    )
+    address = int(kernels.ffi.cast("uintptr_t", kernels.lib.sg_entry(b"blend__forward_f64__ptrs")))
     x, y, out = np.ones(4), np.ones(4), np.zeros(4)
     call(address, 4, 2, 8, x, y, out)
     np.testing.assert_allclose(out, np.sin(1.0) * np.exp(-1.0) + np.log(2.0))
@@ -433,3 +434,52 @@ def test_set_num_threads(kernels):
     c.set_num_threads(1)
     assert c.get_num_threads() == 1
     c.set_num_threads(before)
+
+
+def test_split_units_keep_kernels_c_line_numbers(tmp_path):
+    """Past UNIT_BYTES a kernels.c is compiled as several units; a compiler message still names the line of
+    kernels.c (each section sits under a #line directive)."""
+    sections = [f"{abi.SECTION_MARK}f{k} */\nvoid f{k}(void) {{ }}\n" for k in range(4)]
+    broken = f"{abi.SECTION_MARK}g */\nvoid g(void) {{ return 1 }}\n"
+    text = "#include <stdint.h>\n/* header */\n\n" + "\n".join([*sections, broken])
+    units = build_c.split_units(text, 2)
+    assert len(units) == 2 and all(u.startswith("#include <stdint.h>\n/* header */") for u in units)
+    assert sum(u.count(abi.SECTION_MARK) for u in units) == 5
+    assert build_c.split_units(text, 1) == [text]
+    bad_line = text.splitlines().index("void g(void) { return 1 }") + 1
+    for k, unit in enumerate(units):
+        (tmp_path / f"kernels.{k}.c").write_text(unit)
+    r = subprocess.run(
+        [*TOOLCHAIN.cc, "-fsyntax-only", "kernels.1.c"], cwd=tmp_path, capture_output=True, text=True
+    )
+    assert r.returncode != 0 and f"kernels.c:{bad_line}:" in r.stderr
+    r = subprocess.run(
+        [*TOOLCHAIN.cc, "-fsyntax-only", "kernels.0.c"], cwd=tmp_path, capture_output=True, text=True
+    )
+    assert r.returncode == 0, r.stderr
+
+
+def test_a_large_model_builds_as_one_unit_per_core(tmp_path, monkeypatch, cache):
+    """Forced to split (as a model of hundreds of functions is), a package builds, loads and computes what
+    the formulas say; the build recorded one compile per unit and keeps only the whole kernels.c."""
+    from symgrad.backends.c import CBackend
+    from symgrad.build.compile import compile_model
+    from symgrad.build.package import Package
+
+    (tmp_path / "split.py").write_text(MODEL.replace("sg.exp(-y**2)", "sg.exp(-y**2 / 3)"))
+    package = Package(compile_model(tmp_path / "split.py").path)
+    monkeypatch.setattr(build_c, "UNIT_BYTES", 1)
+    monkeypatch.setattr(build_c.os, "cpu_count", lambda: 2)
+    kernels = CBackend().load(package)
+    (entry,) = [
+        e for e in entries(cache) if "split.py" in json.loads((e / "build.json").read_text())["label"]
+    ]
+    commands = json.loads((entry / "build.json").read_text())["commands"]
+    assert sorted(c[-1] for c in commands if c[-1].startswith("kernels.")) == ["kernels.0.c", "kernels.1.c"]
+    assert (entry / "kernels.c").exists() and not list(entry.glob("kernels.*.c"))
+    x, y = np.linspace(-2, 2, 7), np.linspace(0.5, 1.5, 7)
+    (out,) = kernels.program("blend", "forward", np.dtype(np.float64))((x, y), (7,))
+    np.testing.assert_allclose(out, np.sin(x) * np.exp(-(y**2) / 3) + np.log1p(x**2 * y**2), rtol=1e-14)
+    p, s = np.abs(np.linspace(-1, 1, 9)).reshape(3, 3), np.ones(3)
+    (norm,) = kernels.program("norm3", "forward", np.dtype(np.float64))((p, s), (3,))
+    np.testing.assert_allclose(norm, np.linalg.norm(p, axis=1), rtol=1e-14)

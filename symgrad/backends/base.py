@@ -1,4 +1,5 @@
-"""What a backend is: ``load(package) -> KernelSet``, whose ``program(ident, program, dtype)`` is a ``Run``."""
+"""What a backend is: ``load(package) -> KernelSet``, whose ``program(ident, program, dtype)`` is a
+``Run``."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The C backend: builds a package's ``kernels.c`` with cffi (cached, see ``symgrad.backends.c.cffi_build``) and runs it.
+"""The C backend: builds a package's ``kernels.c`` with cffi (cached, see ``symgrad.backends.c.cffi_build``)
+and runs it.
 
 ``run(inputs, batch_shape)`` materializes each input as a contiguous, aligned array of exactly
 ``batch_shape + slot.shape`` (no copy when it already is one), allocates the results (large ones from
@@ -7,13 +8,13 @@ through ``direct`` (the arrays straight to the kernel's pointer-array entry), or
 ``direct`` cannot be built or a kernel has more than its ``MAX_ARRAYS`` arguments. Neither looks at
 dtypes, so the dtype and shape are checked here before any pointer is taken.
 
-Threads: loops above a size threshold (see ``emitters/c.py``) run on every OpenMP thread; ``set_num_threads``
-changes the count, ``SYMGRAD_OPENMP=0`` builds without OpenMP. Unless ``OMP_WAIT_POLICY`` is already set,
-loading C kernels sets it to ``passive``: idle OpenMP threads then sleep instead of spinning, which on a
-busy machine otherwise stalls the next parallel loop (measured: 12 ms instead of 0.3 ms at N=1e5) and slows
-the NumPy code that runs between kernel calls. Even a short spin (``GOMP_SPINCOUNT=3000``, ~0.1 ms) made the
-digits MLP 22x slower: the spinning thread holds a core that OpenBLAS's matmul threads need. The price is
-the wake-up, 60-120 us per parallel loop on the 2-core VMs, which the loops' thresholds account for.
+Threads: loops above a size threshold (see ``emitters/c/loops.py``) run on every OpenMP thread;
+``set_num_threads`` changes the count, ``SYMGRAD_OPENMP=0`` builds without OpenMP. Unless
+``OMP_WAIT_POLICY`` is already set, loading C kernels sets it to ``passive``: idle OpenMP threads then
+sleep instead of spinning. A spinning thread holds a core that others need: on a busy machine it stalls
+the next parallel loop and slows the NumPy code that runs between kernel calls, and even a short spin
+starves OpenBLAS's matmul threads. The price is waking the threads for each parallel loop, which the
+loops' thresholds account for (measurements: docs/performance.md).
 """
 
 from __future__ import annotations
@@ -25,8 +26,8 @@ import numpy as np
 
 from symgrad import abi
 from symgrad.backends.base import Package, Run
-from symgrad.backends.c import cffi_build, direct, pool
-from symgrad.errors import BackendUnavailable
+from symgrad.backends.c import cffi_build, direct, entries, pool
+from symgrad.errors import BackendUnavailable, PackageError
 
 _loaded: list = []  # cffi modules loaded in this process (for set_num_threads)
 
@@ -55,8 +56,9 @@ class CKernels:
         source = package.read("c")
         self.module = cffi_build.load(
             source,
-            abi.cdef_from_manifest(manifest),
+            entries.CDEF,
             label=f"{manifest.get('source', package.path.name)} ({package.path / manifest['files']['c']})",
+            glue=entries.glue(abi.pointer_entries(manifest)),
         )
         if self.module not in _loaded:
             _loaded.append(self.module)
@@ -81,15 +83,15 @@ class CKernels:
             except KeyError:
                 raise TypeError(f"{function}: the C kernels take float32 or float64, not {dtype}") from None
             in_shapes, out_shapes = self.slots[(function, program)]
-            name = abi.kernel_symbol(function, program, suffix)
+            name = abi.kernel_symbol(function, program, suffix) + abi.POINTERS_SUFFIX
+            address = int(self.ffi.cast("uintptr_t", self.lib.sg_entry(name.encode())))
+            if not address:
+                raise PackageError(f"{name} is not in the compiled C module of this package")
             call = direct.caller()
             if call is not None and len(in_shapes) + len(out_shapes) <= direct.MAX_ARRAYS:
-                entry = self.ffi.addressof(self.lib, name + abi.POINTERS_SUFFIX)
-                self._runs[key] = _direct_run(
-                    call, int(self.ffi.cast("uintptr_t", entry)), dtype, in_shapes, out_shapes
-                )
+                self._runs[key] = _direct_run(call, address, dtype, in_shapes, out_shapes)
             else:
-                self._runs[key] = _make_run(getattr(self.lib, name), self.ffi, dtype, in_shapes, out_shapes)
+                self._runs[key] = _cffi_run(address, self.ffi, dtype, in_shapes, out_shapes)
         return self._runs[key]
 
 
@@ -151,10 +153,13 @@ def _direct_run(call, address: int, dtype: np.dtype, in_shapes: list[tuple], out
     return run
 
 
-def _make_run(fn, ffi, dtype: np.dtype, in_shapes: list[tuple], out_shapes: list[tuple]) -> Run:
-    """``run`` through cffi's call (where ``direct`` cannot be built, or for more than its MAX_ARRAYS)."""
+def _cffi_run(address: int, ffi, dtype: np.dtype, in_shapes: list[tuple], out_shapes: list[tuple]) -> Run:
+    """``run`` through cffi's call of the entry at ``address`` (where ``direct`` cannot be built, or for more
+    arrays than its MAX_ARRAYS): the arrays' data pointers in one array, a uniform input as a pointer to its
+    value."""
+    entry = ffi.cast(entries.ENTRY_TYPE, address)
     ctype = ffi.typeof(f"{abi.C_TYPES[abi.DTYPE_SUFFIX[dtype]]}[]")
-    from_buffer = ffi.from_buffer
+    from_buffer, new = ffi.from_buffer, ffi.new
     ndarray, empty = np.ndarray, pool.empty
     ins = tuple(in_shapes)
     outs = tuple(out_shapes)
@@ -162,21 +167,22 @@ def _make_run(fn, ffi, dtype: np.dtype, in_shapes: list[tuple], out_shapes: list
     def run(inputs: tuple, batch: tuple, out: tuple | None = None) -> tuple:
         if len(inputs) != len(ins):
             raise TypeError(f"kernel takes {len(ins)} inputs, got {len(inputs)}")
-        args = [prod(batch)]
+        arrays = []
         for a, tail in zip(inputs, ins):
-            if tail is None:  # uniform: one number, by value (the boundary checked it is one)
-                args.append(float(a))
+            if tail is None:  # uniform: one number (the boundary checked it is one)
+                arrays.append(np.full(1, a, dtype))
                 continue
             full = batch + tail
             # fast path: already a contiguous, aligned array of this exact dtype and shape (`is`: the
             # builtin float dtypes are singletons; any other equal dtype just takes the copying path)
             if type(a) is not ndarray or a.dtype is not dtype or a.shape != full or not _usable(a.flags):
                 a = _materialize(a, full, dtype)
-            args.append(from_buffer(ctype, a))
+            arrays.append(a)
         results = list(out) if out is not None else [empty(batch + tail, dtype) for tail in outs]
-        if args[0]:
-            args += [from_buffer(ctype, r) for r in results]
-            fn(*args)
+        n = prod(batch)
+        if n:
+            buffers = [from_buffer(ctype, a) for a in (*arrays, *results)]  # alive through the call
+            entry(n, new("void *[]", buffers))
         return tuple(results)
 
     return run

@@ -35,15 +35,16 @@ from dataclasses import asdict
 from pathlib import Path
 from types import ModuleType
 
+from symgrad import abi
 from symgrad.backends.c.toolchain import (
     Toolchain,
-    debug,
     debug_command,
     forget_toolchain,
     run_command,
     toolchain,
 )
 from symgrad.build.cache import cache_root, in_cache
+from symgrad.debug import debug, say
 from symgrad.errors import CompileError
 
 __all__ = ["load", "load_extension", "list_entries", "clear", "build_key", "module_name", "toolchain"]
@@ -137,14 +138,15 @@ def _remove(path: Path) -> None:
         shutil.rmtree(path, ignore_errors=True)
 
 
-def load(source: str, cdef: str, label: str = "kernels.c") -> ModuleType:
+def load(source: str, cdef: str, label: str = "kernels.c", glue: str = "") -> ModuleType:
     """The cffi module (``.ffi``, ``.lib``) for ``source``, from the cache or freshly built.
 
-    ``label`` names the model in messages. Raises ``CompilerUnavailable`` (no toolchain) or
-    ``CompileError`` (the compiler rejected the generated code)."""
+    ``cdef`` declares what Python calls; ``glue`` is C compiled into cffi's wrapper beside it (the C
+    backend's entry table). ``label`` names the model in messages. Raises ``CompilerUnavailable`` (no
+    toolchain) or ``CompileError`` (the compiler rejected the generated code)."""
     tc = toolchain()
-    key = build_key(source, cdef, tc)
-    return _cached(key, label, tc, lambda tmp: _cffi_steps(tmp, source, cdef, tc, key))
+    key = build_key(source, cdef + "\n" + glue, tc)
+    return _cached(key, label, tc, lambda tmp: _cffi_steps(tmp, source, cdef, glue, tc, key))
 
 
 def load_extension(source: str, label: str) -> ModuleType:
@@ -183,7 +185,7 @@ def _load_from(cdir: Path, key: str, label: str, tc: Toolchain, prepare) -> Modu
                     f"symgrad: the compiled module for {label} does not import ({exc}); built in {entry}"
                 ) from None
             if debug(1):
-                print(f"symgrad: cache entry {entry} is broken ({exc}); rebuilding", file=sys.stderr)
+                say(f"cache entry {entry} is broken ({exc}); rebuilding")
             _remove(entry)
     raise AssertionError("unreachable")
 
@@ -218,36 +220,56 @@ def _build(key: str, cdir: Path, label: str, tc: Toolchain, prepare) -> None:
         raise
 
 
-def _cffi_steps(tmp: Path, source: str, cdef: str, tc: Toolchain, key: str) -> tuple:
-    """``kernels.c`` (-O3 and the probed flags) and cffi's wrapper (-O1: Python glue only, declaring the
-    kernels through the cdef) compile in parallel, then link."""
+#: Generated C past this size (bytes) is compiled as several translation units, one per core at most.
+UNIT_BYTES = 500_000
+
+
+def split_units(source: str, units: int) -> list[str]:
+    """``source`` as up to ``units`` translation units of similar size: its header (what precedes the first
+    line that starts with ``abi.SECTION_MARK``) followed by consecutive sections, each section under a
+    ``#line`` directive so that compiler messages name the lines of ``kernels.c``."""
+    mark = "\n" + abi.SECTION_MARK
+    head, *sections = source.split(mark)
+    if units <= 1 or len(sections) < 2:
+        return [source]
+    line = head.count("\n") + 2  # the line of the first section's mark in kernels.c
+    placed = []
+    for section in sections:
+        placed.append(f'#line {line} "kernels.c"\n{abi.SECTION_MARK}{section}')
+        line += section.count("\n") + 1
+    total, offset = sum(map(len, sections)), 0
+    groups: list[list[str]] = [[] for _ in range(units)]
+    for text, section in zip(placed, sections):  # by each section's offset in kernels.c: similar sizes
+        groups[min(units - 1, offset * units // total)].append(text)
+        offset += len(section)
+    return [head + "\n" + "\n".join(group) for group in groups if group]
+
+
+def _cffi_steps(tmp: Path, source: str, cdef: str, glue: str, tc: Toolchain, key: str) -> tuple:
+    """``kernels.c`` (-O3 and the probed flags; split into units past ``UNIT_BYTES``) and cffi's wrapper (-O1:
+    the cdef's Python glue and ``glue``) compile in parallel, then link."""
     import cffi
 
     name = module_name(key)
     (tmp / "kernels.c").write_text(source)
+    units = split_units(source, min(os.cpu_count() or 1, 1 + len(source) // UNIT_BYTES))
+    files = ["kernels.c"] if len(units) == 1 else [f"kernels.{k}.c" for k in range(len(units))]
+    if len(units) > 1:
+        for file, text in zip(files, units):
+            (tmp / file).write_text(text)
     ffi = cffi.FFI()
     ffi.cdef(cdef + "\n" + SUPPORT_CDEF)
-    ffi.set_source(name, "#include <stdint.h>\n" + cdef + "\n" + SUPPORT_SOURCE)
+    ffi.set_source(name, "#include <stdint.h>\n" + cdef + "\n" + glue + SUPPORT_SOURCE)
     wrapper = f"{name}.c"
     with contextlib.redirect_stdout(io.StringIO()):  # cffi prints "generating ..."
         ffi.emit_c_code(str(tmp / wrapper))
     omp = ["-fopenmp"] if tc.openmp else []
     omp += list(sanitize_flags())
-    steps = [
-        [*tc.cc, *tc.flags, *sanitize_flags(), "-c", "-o", "kernels.o", "kernels.c"],
-        [
-            *tc.cc,
-            "-O1",
-            "-fPIC",
-            *omp,
-            f"-I{sysconfig.get_paths()['include']}",
-            "-c",
-            "-o",
-            "wrapper.o",
-            wrapper,
-        ],
-    ]
-    link = [*tc.cc, "-shared", *omp, "-o", _so_name(key), "kernels.o", "wrapper.o", *tc.libs]
+    objects = [file[:-2] + ".o" for file in files]
+    steps = [[*tc.cc, *tc.flags, *sanitize_flags(), "-c", "-o", o, f] for o, f in zip(objects, files)]
+    include = f"-I{sysconfig.get_paths()['include']}"
+    steps.append([*tc.cc, "-O1", "-fPIC", *omp, include, "-c", "-o", "wrapper.o", wrapper])
+    link = [*tc.cc, "-shared", *omp, "-o", _so_name(key), *objects, "wrapper.o", *tc.libs]
     return "kernels.c", steps, link
 
 
@@ -305,7 +327,7 @@ def _build_in(
             indent=1,
         )
     )
-    for leftover in tmp.glob("*.o"):
+    for leftover in [*tmp.glob("*.o"), *tmp.glob("kernels.*.c")]:  # kernels.c stays, whole
         leftover.unlink(missing_ok=True)
     entry = cdir / key
     try:

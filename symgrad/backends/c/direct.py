@@ -1,26 +1,26 @@
-"""A direct call into a C kernel for the backend's hot path: ``call(address, n, n_inputs, itemsize, *arrays)``.
+"""A direct call into a C kernel for the backend's hot path:
+``call(address, n, n_inputs, itemsize, *arrays)``.
 
-cffi's call converts every array to a cdata first (``ffi.from_buffer``, ~0.2 us each): on a 10-element
-array that is most of a tape op. This small CPython extension (built once per toolchain and Python,
-through the same cache as the kernels) takes the address of a kernel's pointer-array entry
-(``<kernel>__<program>_<dtype>__ptrs(int64_t n, void *const *p)``, emitted beside every kernel, so the
-call is made through its exact type) and the arrays themselves, reads their data pointers through the
-buffer protocol, releases the GIL and calls the entry. A uniform input is passed as a one-element array
-of the kernel's dtype. An array that is not C-contiguous or not aligned to ``itemsize`` (or a result that
-is not writable) raises ValueError before anything runs. The caller has checked dtypes and shapes, as it
-does for cffi.
+cffi's call converts every array to a cdata first (``ffi.from_buffer``): on small arrays that conversion
+is most of a tape op's cost (measurements: docs/performance.md). This small CPython extension (built once
+per toolchain and Python, through the same cache as the kernels) takes the address of a kernel's
+pointer-array entry (``<kernel>__<program>_<dtype>__ptrs(int64_t n, void *const *p)``, emitted beside
+every kernel, so the call is made through its exact type) and the arrays themselves, reads their data
+pointers through the buffer protocol, releases the GIL and calls the entry. A uniform input is passed as
+a one-element array of the kernel's dtype. An array that is not C-contiguous or not aligned to
+``itemsize`` (or a result that is not writable) raises ValueError before anything runs. The caller has
+checked dtypes and shapes, as it does for cffi.
 
 ``caller()`` is None when the extension cannot be built; the backend then keeps cffi's call.
 """
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
 from symgrad.backends.c import cffi_build
-from symgrad.backends.c.toolchain import debug
+from symgrad.debug import debug, say
 from symgrad.errors import CompileError, CompilerUnavailable
 
 #: The most arrays (inputs + results) one call takes; kernels with more go through cffi.
@@ -45,8 +45,6 @@ def caller() -> Callable[..., None] | None:
             _caller.append(cffi_build.load_extension(_source(), LABEL).call)
         except (CompileError, CompilerUnavailable, ImportError, OSError) as exc:
             if debug(1):
-                print(
-                    f"symgrad: the direct kernel call is unavailable ({exc}); using cffi's", file=sys.stderr
-                )
+                say(f"the direct kernel call is unavailable ({exc}); using cffi's")
             _caller.append(None)
     return _caller[0]

@@ -8,7 +8,7 @@
 #define SG_CAT2(a, b) a##b
 #define SG_CAT(a, b) SG_CAT2(a, b)
 
-/* a kernel's pointer-array entry (emitters/c.py): void <kernel>__<program>_<dtype>__ptrs(n, p) */
+/* a kernel's pointer-array entry (emitters/c/module.py): void <kernel>__<program>_<dtype>__ptrs(n, p) */
 typedef void (*sg_entry)(int64_t, void *const *);
 
 /* call(address, n, n_inputs, itemsize, *arrays): the entry at address, with n and the arrays' data */

@@ -3,9 +3,8 @@
 A result of ``POOL_MIN`` bytes or more is a NumPy view of a block from this pool. When the last reference
 to the array goes, its block comes back here instead of going to ``free``: glibc returns large freed blocks
 to the system (``munmap``, or trimming the heap's top), and the next ``np.empty`` of that size faults every
-page in again, which costs more than the kernel itself (softplus value_and_vjp at N=1e6 float64: 7.4 ms with
-fresh NumPy results, 1.3 ms when its results' memory is already mapped). The same idea as PyTorch's
-caching allocators and XLA's buffer pools.
+page in again, which can cost more than the kernel itself (measurements: docs/performance.md). The same
+idea as PyTorch's caching allocators and XLA's buffer pools.
 
 The pool keeps at most ``$SYMGRAD_POOL_MB`` MiB (default 256; 0 turns it off) of unused blocks, reused by
 exact size; a block that would not fit empties the pool first (a workload whose sizes change is then not
@@ -25,7 +24,7 @@ import numpy as np
 #: Results smaller than this (bytes) are plain ``np.empty`` arrays: glibc keeps such blocks mapped.
 POOL_MIN = 1 << 18
 
-_ffi = _cffi_backend.FFI()  # the compiled FFI: cffi.FFI() would import its C parser (~17 ms at import)
+_ffi = _cffi_backend.FFI()  # the compiled FFI: cffi.FFI() would import its C parser, slowing the import
 _alloc = _ffi.new_allocator(should_clear_after_alloc=False)  # no zero-fill: the kernel writes every element
 _free: dict[int, list] = {}
 _held = 0

@@ -19,13 +19,13 @@ import os
 import shlex
 import shutil
 import subprocess
-import sys
 import sysconfig
 import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from symgrad.build.cache import cache_root
+from symgrad.debug import debug, say
 from symgrad.errors import CompilerUnavailable
 
 #: The probe and the base flags are this file: its text is part of every probe id.
@@ -49,13 +49,6 @@ class Toolchain:
 
 _toolchain: tuple[str, Toolchain] | None = None  # (probe id, toolchain) of this process
 _unusable: dict[str, CompilerUnavailable] = {}  # probe id -> why it failed, in this process
-
-
-def debug(level: int) -> bool:
-    try:
-        return int(os.environ.get("SYMGRAD_DEBUG", "0")) >= level
-    except ValueError:
-        return False
 
 
 def _compiler_command() -> list[str]:
@@ -103,7 +96,7 @@ def run_command(cmd: list[str], cwd: Path | None = None) -> subprocess.Completed
 
 def debug_command(cmd: list[str]) -> None:
     if debug(2):
-        print("symgrad: " + " ".join(shlex.quote(str(c)) for c in cmd), file=sys.stderr)
+        say(" ".join(shlex.quote(str(c)) for c in cmd))
 
 
 def toolchain() -> Toolchain:
