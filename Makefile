@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 export SYMGRAD_CACHE_DIR ?= $(CURDIR)/.cache/symgrad
 
-.PHONY: install test demo bench fuzz sanitize golden clean
+.PHONY: install lint test test-fast demo bench fuzz sanitize golden clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -15,9 +15,19 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
-## make test: the whole test suite (bounded property-based budget)
-test: $(STAMP)
-	$(BIN)/python -m pytest
+## make lint: ruff's lint rules and its formatting (line length 110), checked, not applied
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+## make test: lint, then the whole test suite on every core (bounded property-based budget; PyTorch and JAX
+## installed, so that no test is skipped)
+test: lint
+	$(BIN)/python -m pytest -n auto
+
+## make test-fast: the inner loop (under 90 s): the tests not marked slow, NumPy and C backends alike
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -n auto -x -m "not slow"
 
 ## make demo: compile the example model, show a derived gradient, check it, train the digits MLP
 demo: $(STAMP)

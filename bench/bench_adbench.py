@@ -446,7 +446,8 @@ def check_gmm(ref, got, what):
     err = float(np.max(np.abs(got[1] - ref[1])) / max(1.0, np.abs(ref[1]).max()))
     if abs(got[0] - ref[0]) > 1e-9 * max(1.0, abs(ref[0])) or err > 1e-9:
         print(
-            f"  WARNING: {what} GMM result differs from symgrad's (value {got[0] - ref[0]:.2e}, grad {err:.2e})"
+            f"  WARNING: {what} GMM result differs from symgrad's "
+            f"(value {got[0] - ref[0]:.2e}, grad {err:.2e})"
         )
 
 

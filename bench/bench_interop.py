@@ -94,8 +94,8 @@ def main(argv: list[str] | None = None) -> int:
         f"symgrad backend {compiled.backend}; {args.dtype}; forward + backward per call"
     )
     print(
-        f"symgrad: trace and package {build:.2f} s, first call {first_call * 1e3:.2f} ms (loads the C kernels, "
-        f"building them on a cache miss), then no warm-up"
+        f"symgrad: trace and package {build:.2f} s, first call {first_call * 1e3:.2f} ms "
+        f"(loads the C kernels, building them on a cache miss), then no warm-up"
     )
 
     tc = None

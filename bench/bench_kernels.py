@@ -231,7 +231,7 @@ def overhead_table(min_time: float, repeats: int) -> list[str]:
         compiled = softplus.compiled()
         results[backend, "api"] = best_time(lambda: compiled.value_and_vjp(x, g), repeats, min_time)
         _, kernels = compiled._kernel_set()
-        run = kernels.program(compiled._ident, "value_and_vjp", np.dtype(np.float64))
+        run = kernels.program(compiled.ident, "value_and_vjp", np.dtype(np.float64))
         results[backend, "run"] = best_time(lambda: run((x, g), (10,)), repeats, min_time)
     hand = best_time(lambda: softplus_np(x, g), repeats, min_time)
     lines.append(
@@ -247,7 +247,7 @@ def overhead_table(min_time: float, repeats: int) -> list[str]:
     run = (
         softplus.compiled()
         ._kernel_set()[1]
-        .program(softplus.compiled()._ident, "value_and_vjp", np.dtype(np.float64))
+        .program(softplus.compiled().ident, "value_and_vjp", np.dtype(np.float64))
     )
     t = best_time(lambda: run((x3, g3), (1000,)), repeats, min_time)
     lines.append(f"| backend run() at N=1e3 | {t * 1e6:.1f} us | | |")
@@ -284,7 +284,8 @@ def main() -> None:
         f"jax: {jax.__version__ + ' (jit(vjp))' if jax else 'not installed'}"
     )
     print(
-        "\nTimes relative to hand-written NumPy (lower is better); GB/s and % of triad: symgrad C, 1 thread.\n"
+        "\nTimes relative to hand-written NumPy (lower is better); "
+        "GB/s and % of triad: symgrad C, 1 thread.\n"
     )
     methods = ["sg-c 1t", "sg-c 2t", "sg-numpy"] + (["torch"] if torch else []) + (["jax"] if jax else [])
     rivals = [m for m in ("torch", "jax") if m in methods]  # the targets: their time over sg-c 2t's

@@ -45,7 +45,7 @@ def log_gamma_distrib(a: float, d: int) -> float:
 
 
 def wishart_constant(d: int, gamma: float, m: float) -> float:
-    """C = n_w d (ln gamma - 1/2 ln 2) - ln Gamma_d(n_w / 2), n_w = d + m + 1 (subtracted once per component)."""
+    """C = n_w d (ln gamma - 1/2 ln 2) - ln Gamma_d(n_w / 2), n_w = d+m+1 (subtracted once per component)."""
     n_w = d + m + 1
     return n_w * d * (math.log(gamma) - 0.5 * math.log(2)) - log_gamma_distrib(0.5 * n_w, d)
 
@@ -135,7 +135,7 @@ def gmm_gradient(alphas, means, icf, x, wishart_gamma, wishart_m) -> tuple[float
 
 
 def make_instance(d: int, K: int, n: int, seed: int = 0):
-    """ADBench's data distribution: alpha ~ N(0,1), mu ~ U(0,1), icf ~ N(0,1), x ~ N(0,1), gamma = 1, m = 0."""
+    """ADBench's data distribution: alpha ~ N(0,1), mu ~ U(0,1), icf ~ N(0,1), x ~ N(0,1), gamma=1, m=0."""
     rng = np.random.default_rng(seed)
     alphas = rng.normal(size=K)
     means = rng.random((K, d))
@@ -165,7 +165,8 @@ def main(argv: list[str] | None = None) -> None:
     value = gmm_objective(*data)
     print(
         f"GMM d={args.d} K={args.K} n={args.n}: objective {value:.10g} "
-        f"(first call, incl. compiling the kernel: {time.perf_counter() - t0:.2f} s, backend {sg.get_backend()})"
+        f"(first call, incl. compiling the kernel: {time.perf_counter() - t0:.2f} s, "
+        f"backend {sg.get_backend()})"
     )
 
     def best(fn):

@@ -1,6 +1,7 @@
 """Symbolic kernels of ADBench's GMM objective (used by ``examples/gmm.py``).
 
-The data term is  sum_i logsumexp_k [ c_k - 1/2 ||z_ik||^2 ],  z_ik = Q_k (x_i - mu_k),  c_k = alpha_k + sum_j q_kj.
+The data term is  sum_i logsumexp_k [ c_k - 1/2 ||z_ik||^2 ],  z_ik = Q_k (x_i - mu_k),
+c_k = alpha_k + sum_j q_kj.
 ``examples/gmm.py`` computes every z_ik with one matrix product and hands the per-(point, component) part
 to the kernel below; its vjp and the chain rule through the products and reductions (in NumPy) give the
 exact gradient. The kernel depends on d, so it is made per d and compiled on first use:

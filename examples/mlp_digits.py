@@ -51,7 +51,9 @@ def read_idx(path: Path) -> np.ndarray:
 
 
 def load_mnist(path: Path) -> tuple[np.ndarray, ...]:
-    """(x_train, x_test, y_train, y_test) from an .npz or a directory of IDX files; images flattened, in [0, 1]."""
+    """(x_train, x_test, y_train, y_test) from an .npz or a directory of IDX files.
+
+    Images are flattened, with values in [0, 1]."""
     if path.suffix == ".npz":
         with np.load(path) as f:
             arrays = f["x_train"], f["x_test"], f["y_train"], f["y_test"]

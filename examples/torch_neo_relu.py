@@ -38,7 +38,7 @@ HERE = Path(__file__).resolve().parent
 CHECK_COMMAND = [sys.executable, "-m", "symgrad", "check", str(HERE / "model.py"), "neo_relu", "--against"]
 
 
-# -- the article's hand-written activation, as written (bug included) ------------------------------------------
+# -- the article's hand-written activation, as written (bug included) ----------------------------------------
 class NeoReLUArticle(torch.autograd.Function):
     """NeoReLU with a hand-written backward, as in the article."""
 

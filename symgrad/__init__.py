@@ -29,7 +29,7 @@ from symgrad.errors import PackageError as PackageError  # noqa: E402
 from symgrad.errors import SymgradError as SymgradError  # noqa: E402
 from symgrad.errors import UnsupportedError as UnsupportedError  # noqa: E402
 
-#: public name -> the module that defines it, ``module:attribute`` where the names differ (imported on first use)
+#: public name -> its module, ``module:attribute`` where the names differ (imported on first use)
 _LAZY: dict[str, str] = {
     "function": "api",
     "SymbolicFunction": "api",
@@ -74,7 +74,7 @@ def _math_names() -> list[str]:
 
 
 def _is_submodule(name: str) -> bool:
-    """``from symgrad import abi`` asks for the attribute first: a submodule must not import the math names."""
+    """``from symgrad import abi`` asks for the attribute first: a submodule must not import SymPy."""
     return importlib.util.find_spec(f"{__name__}.{name}") is not None
 
 

@@ -27,8 +27,8 @@ class Mismatch:
     def __str__(self) -> str:
         where = ", ".join(f"{k}={v}" for k, v in self.point.items())
         return (
-            f"{self.function}: d/d{self.argument}[{self.element}] at ({where}): symgrad {self.analytic:.10g}, "
-            f"{self.reference} {self.numeric:.10g}"
+            f"{self.function}: d/d{self.argument}[{self.element}] at ({where}): "
+            f"symgrad {self.analytic:.10g}, {self.reference} {self.numeric:.10g}"
         )
 
 

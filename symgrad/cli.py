@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import os
 import shutil
 import signal
 import sys
@@ -18,6 +17,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from symgrad.debug import debug
 from symgrad.errors import ModelError, SymgradError
 
 FORMATS = ("formula", "numpy", "c", "yaml", "ir")
@@ -206,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.run(args)
     except (SymgradError, OSError) as exc:
-        if os.environ.get("SYMGRAD_DEBUG"):
+        if debug(1):
             traceback.print_exc()
         print(f"symgrad: error: {exc}", file=sys.stderr)
         return 1

@@ -97,7 +97,7 @@ def test_nan_cotangent_propagates(backend, dtype):
     assert np.isnan(g[0]) and np.isfinite(g[1])
 
 
-# -- shapes, views, memory ------------------------------------------------------------------------------------
+# -- shapes, views, memory -----------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("shape", [(0,), (0, 4), (3, 0), (2, 0, 5)])
@@ -203,7 +203,7 @@ def test_identity_result_does_not_alias_its_input(backend, dtype):
     np.testing.assert_array_equal(g, 1)
 
 
-# -- wrong arguments ----------------------------------------------------------------------------------------------
+# -- wrong arguments -----------------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -260,7 +260,7 @@ def test_python_numbers_and_0d_arrays(backend, dtype):
     assert out.dtype == np.dtype(dtype) and out.shape == (3,)  # Python scalars are weak
 
 
-# -- models that misbehave ---------------------------------------------------------------------------------------
+# -- models that misbehave -----------------------------------------------------------------------------------
 
 
 def symgrad_cli(*args, cwd, timeout=300, env_extra=None):
@@ -319,26 +319,34 @@ def test_function_that_loops_forever_while_tracing_times_out(tmp_path):
 N_FUNCTIONS = 500
 
 
-def test_model_with_500_functions_compiles_in_reasonable_time(tmp_path, backend):
-    """500 small functions: the package (numpy + C source) and the C build, each timed."""
+@pytest.fixture(scope="module")
+def many_functions(tmp_path_factory):
+    """A model of 500 small functions, compiled once for every backend's test: (build result, seconds)."""
+    where = tmp_path_factory.mktemp("many")
     body = ["import symgrad as sg"]
     for k in range(N_FUNCTIONS):
         body.append(
             f"@sg.function\ndef f{k}(x, y):\n    return sg.sin(x * {k + 1}) * y + sg.exp(-y**2) * {k}"
         )
-    (tmp_path / "many.py").write_text("\n".join(body) + "\n")
+    (where / "many.py").write_text("\n".join(body) + "\n")
     start = time.perf_counter()
-    result = compile_model(tmp_path / "many.py")
-    compile_s = time.perf_counter() - start
+    result = compile_model(where / "many.py")
+    return result, time.perf_counter() - start
+
+
+def test_model_with_500_functions_compiles_in_reasonable_time(many_functions, backend):
+    """500 small functions: the package (numpy + C source) and the C build, each timed."""
+    result, compile_s = many_functions
     assert len(result.kernels) == N_FUNCTIONS
-    module = sg.compile(tmp_path / "many.py")  # in-process, into the cache
+    module = sg.load_package(result.path)
     start = time.perf_counter()
     x = np.array([0.25, 0.5])
-    out, (gx, gy) = module.f499.value_and_vjp(x, x, np.ones(2))  # loads (and for C, builds) all 500
+    out, (gx, gy) = module["f499"].value_and_vjp(x, x, np.ones(2))  # loads (and for C, builds) all 500
     load_s = time.perf_counter() - start
     np.testing.assert_allclose(out, np.sin(x * 500) * x + np.exp(-(x**2)) * 499)
     np.testing.assert_allclose(gx, 500 * np.cos(x * 500) * x)
     np.testing.assert_allclose(gy, np.sin(x * 500) - 2 * x * np.exp(-(x**2)) * 499)
+    np.testing.assert_allclose(module["f0"](x, x), np.sin(x) * x)
     print(f"\n500 functions: compile {compile_s:.1f} s, first call on {backend} {load_s:.1f} s")
     assert compile_s < 240, f"compiling 500 functions took {compile_s:.0f} s"
     assert load_s < 300, f"loading 500 functions on {backend} took {load_s:.0f} s"
@@ -380,7 +388,7 @@ def test_size_limit_from_the_environment_through_the_cli(tmp_path):
     )
 
 
-# -- names ----------------------------------------------------------------------------------------------------------
+# -- names ---------------------------------------------------------------------------------------------------
 
 NAMES_MODEL = '''\
 import symgrad as sg
@@ -528,7 +536,7 @@ def test_lambda_cannot_be_a_parameter(tmp_path):
         compile_model(tmp_path / "bad.py")
 
 
-# -- injection ------------------------------------------------------------------------------------------------------
+# -- injection -----------------------------------------------------------------------------------------------
 
 EVIL = '*/ system("rm -rf /"); /* """ \'\'\' \\ \n#include <stdlib.h>\n__import__("builtins").SG_PWNED = 1 # '
 EVIL_FILE_NAMES = [
@@ -653,8 +661,8 @@ def test_huge_and_special_constants(backend, dtype):
 
 def test_huge_constant_terms_do_not_stall_printing():
     """A sum with a compound constant term: SymPy's printers order terms by evaluating them numerically,
-    minutes for exp(exp(exp(40))) (found by make fuzz); symgrad's printers keep SymPy's canonical order. (SymPy's
-    own diff of such a constant is still slow: a known limit.)"""
+    minutes for exp(exp(exp(40))) (found by make fuzz); symgrad's printers keep SymPy's canonical order.
+    (SymPy's own diff of such a constant is still slow: a known limit.)"""
     import sympy
 
     from emitters.c import SymgradCPrinter

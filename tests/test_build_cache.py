@@ -65,7 +65,8 @@ def env_for(cache: Path | str, **extra) -> dict:
 
 
 def _model_and_cache(tmp_path: Path) -> tuple[Path, Path]:
-    """MODEL written to tmp_path/model.py, and a fresh cache directory that already has the toolchain probe."""
+    """MODEL written to tmp_path/model.py, and a fresh cache directory that already has the toolchain
+    probe."""
     model = tmp_path / "model.py"
     model.write_text(MODEL)
     cache = tmp_path / "cache"
@@ -81,7 +82,7 @@ def _seed_toolchain(cache: Path) -> None:
         (cache / "c" / probe.name).write_bytes(probe.read_bytes())
 
 
-# -- concurrent compiles --------------------------------------------------------------------------------------
+# -- concurrent compiles -------------------------------------------------------------------------------------
 
 
 def _compile_and_run(model: str, cache: str, start: str, backend: str) -> dict:

@@ -126,3 +126,17 @@ def test_cache_list_and_clear(model, tmp_path):
     r = symgrad("cache", "clear", cwd=model, env_extra=env)
     assert r.returncode == 0 and "removed" in r.stdout
     assert "0 entries" in symgrad("cache", "list", cwd=model, env_extra=env).stdout
+
+
+def test_debug_prints_the_ir_then_also_the_generated_source(model):
+    """SYMGRAD_DEBUG=1: each function's kernel IR and stage times; =2: also its generated source."""
+    r = symgrad("compile", "model.py", "--force", cwd=model, env_extra={"SYMGRAD_DEBUG": "1"})
+    assert r.returncode == 0, r.stderr
+    assert "symgrad: softplus: trace " in r.stderr and "derivatives and layout" in r.stderr
+    assert "program value_and_vjp(x, grad) -> (out, grad_x):" in r.stderr
+    assert "emit c " in r.stderr
+    assert "def softplus__forward(" not in r.stderr
+    r = symgrad("compile", "model.py", "--force", cwd=model, env_extra={"SYMGRAD_DEBUG": "2"})
+    assert r.returncode == 0, r.stderr
+    assert "program value_and_vjp(x, grad) -> (out, grad_x):" in r.stderr
+    assert "def softplus__forward(" in r.stderr and "void softplus__forward_f64(" in r.stderr

@@ -129,10 +129,10 @@ def test_conditions_never_hold_a_branch():
 
 def test_a_compared_branch_is_an_operand(backend):
     """SymPy folds a Piecewise inside a condition into nested ITE conditions, one per combination of
-    branches (``where(clamp(...) > 0, ...)`` took 2-5 s to trace and lower with three clamps, and ``make fuzz``
-    found one past Python's recursion limit). The model's where/clamp hold such a Piecewise as an operand,
-    so the trace has no ITE and every program compares plain temporaries; values and gradients still
-    follow the model on both backends."""
+    branches (``where(clamp(...) > 0, ...)`` took 2-5 s to trace and lower with three clamps, and
+    ``make fuzz`` found one past Python's recursion limit). The model's where/clamp hold such a Piecewise
+    as an operand, so the trace has no ITE and every program compares plain temporaries; values and
+    gradients still follow the model on both backends."""
 
     def c(u):
         return sg.clamp(u, -1, 1)

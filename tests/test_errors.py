@@ -26,7 +26,8 @@ def write(tmp_path, body: str):
         ("@sg.function\ndef f(x):\n    return 'text'\n", r"f: returned a str, expected a SymPy expression"),
         ("import math\n@sg.function\ndef f(x):\n    return math.exp(x)\n", r"f \(line 5\): TypeError"),
         (
-            "@sg.function\ndef f(x):\n    return sg.gamma(x) if hasattr(sg, 'gamma') else __import__('sympy').gamma(x)\n",
+            "@sg.function\ndef f(x):\n"
+            "    return sg.gamma(x) if hasattr(sg, 'gamma') else __import__('sympy').gamma(x)\n",
             r"f: unsupported function gamma in gamma\(x\)",
         ),
         ("@sg.function\ndef f(x)\n    return x\n", r"model.py:3: syntax error"),

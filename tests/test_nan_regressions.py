@@ -131,7 +131,7 @@ def test_nan_input_propagates(backend, dtype):
     assert np.isnan(out[0]) and np.isnan(g[0]) and np.isfinite(out[1])
 
 
-# -- found by the property tests (tests/test_properties.py) -----------------------------------------------------
+# -- found by the property tests (tests/test_properties.py) --------------------------------------------------
 
 
 @sg.function

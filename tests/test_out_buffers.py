@@ -1,6 +1,6 @@
-"""``out=`` result buffers on forward, vjp and value_and_vjp: results land in the caller's arrays (same values as
-fresh results), and every misuse (count, dtype, shape, layout, read-only, overlap, broadcast gradient) is an
-ArgumentError naming the function."""
+"""``out=`` result buffers on forward, vjp and value_and_vjp: results land in the caller's arrays (same values
+as fresh results), and every misuse (count, dtype, shape, layout, read-only, overlap, broadcast gradient) is
+an ArgumentError naming the function."""
 
 from __future__ import annotations
 

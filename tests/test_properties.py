@@ -677,7 +677,7 @@ def elementary(expr: sympy.Expr) -> sympy.Expr:
     return expr
 
 
-# -- references per point ---------------------------------------------------------------------------------------
+# -- references per point ------------------------------------------------------------------------------------
 
 
 @dataclass
@@ -691,7 +691,8 @@ class Reference:
 
 
 def reference(tree, point: tuple[float, ...]) -> Reference | None:
-    """The 40-digit value and gradient, rounding-error estimates and robustness per dtype; None if singular."""
+    """The 40-digit value and gradient, rounding-error estimates and robustness per dtype; None if
+    singular."""
     mpt = tuple(mp.mpf(p) for p in point)
     try:
         hi, ctx = evaluate(tree, mpt, HI_PREC)
@@ -781,13 +782,14 @@ def cases(draw):
     return n, tree, points
 
 
-# -- running and reporting ----------------------------------------------------------------------------------------
+# -- running and reporting -----------------------------------------------------------------------------------
 
 
 def describe(tree, fn, spec_text: str, point, what: str, got, want, tol, extra: str = "") -> str:
     inputs = ", ".join(f"{name}={value!r}" for name, value in zip(NAMES, point))
     lines = [
-        f"{what} at {inputs}: got {got!r}, want {want!r} (|diff| {abs(float(got) - want):.3g} > tol {tol:.3g})",
+        f"{what} at {inputs}: got {got!r}, want {want!r} "
+        f"(|diff| {abs(float(got) - want):.3g} > tol {tol:.3g})",
         f"  expression: {to_source(tree)}",
         f"  traced:     {spec_text}",
     ]
@@ -924,7 +926,7 @@ def check_against_reference(tree, fn, spec_text, refs, backend, dtype) -> list[s
     return messages
 
 
-# -- the properties -----------------------------------------------------------------------------------------------
+# -- the properties ------------------------------------------------------------------------------------------
 
 BACKENDS = sorted(sg.available_backends(), key=lambda b: b != "numpy")  # numpy first: no C build to shrink
 DTYPES = ("float64", "float32")
@@ -1041,7 +1043,8 @@ def test_kinks_ties_and_integers_give_finite_results(case):
         if len(values) == 2:
             a, b = values.values()
             scale = np.maximum(1.0, np.abs(a))
-            # exact ties decide identical branches on both targets as long as the arithmetic before them agrees
+            # exact ties decide identical branches on both targets as long as the arithmetic before them
+            # agrees
             close = np.abs(a - b) <= 1e-3 * scale if dtype == "float32" else np.abs(a - b) <= 1e-9 * scale
             assert close.sum() >= len(regular) // 2, (
                 f"[{dtype}] numpy and C disagree at most kink points: "

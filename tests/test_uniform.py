@@ -100,7 +100,8 @@ def decay(x, rate):
 
 
 def test_tape_rejects_a_same_shape_tensor_for_a_uniform_argument(backend):
-    """The tape's fast path (same shapes, the Jacobian recorded) leaves a uniform argument's check to the boundary."""
+    """The tape's fast path (same shapes, the Jacobian recorded) leaves a uniform argument's check to the
+    boundary."""
     x = sg.tensor(np.linspace(0, 1, 4), requires_grad=True)
     with pytest.raises(
         ArgumentError,

@@ -1,4 +1,5 @@
-"""Model file or traced function -> kernels -> a package directory, rebuilt only when its content hash changed.
+"""Model file or traced function -> kernels -> a package directory, rebuilt only when its content hash
+changed.
 
 SymPy and the compiler are imported only when something is actually (re)built.
 """
@@ -6,6 +7,7 @@ SymPy and the compiler are imported only when something is actually (re)built.
 from __future__ import annotations
 
 import hashlib
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -14,6 +16,7 @@ from typing import TYPE_CHECKING
 from symgrad.build.cache import in_cache
 from symgrad.build.fingerprint import source_hash
 from symgrad.build.package import intact_manifest, write_package
+from symgrad.debug import debug, say
 from symgrad.errors import ModelError
 
 if TYPE_CHECKING:
@@ -48,7 +51,6 @@ def compile_model(
     old = intact_manifest(dest)
     if not force and old is not None and old["source_hash"] == src_hash:
         return BuildResult(dest, rebuilt=False)
-    from symgrad.compiler import compile_spec
     from symgrad.compiler.model import load_model
 
     functions = load_model(path)
@@ -56,7 +58,7 @@ def compile_model(
     for i, fn in enumerate(functions):
         if progress:
             progress(i, len(functions), fn.name)
-        kernels.append(compile_spec(fn.trace()))
+        kernels.append(_kernel(fn.trace))
     try:
         write_package(kernels, dest, path.name, src_hash)
     except OSError as exc:  # keeps errno: a full cache directory makes sg.compile fall back (cache.in_cache)
@@ -66,12 +68,28 @@ def compile_model(
     return BuildResult(dest, rebuilt=True, kernels=kernels)
 
 
+def _kernel(trace: Callable[[], Spec]) -> Kernel:
+    """Trace, derive and lower one function; ``SYMGRAD_DEBUG=1`` prints its IR and each stage's time."""
+    from symgrad.compiler import derive, lower
+
+    started = time.perf_counter()
+    spec = trace()
+    traced = time.perf_counter()
+    derivation = derive(spec)
+    derived = time.perf_counter()
+    kernel = lower(derivation)
+    if debug(1):
+        say(
+            f"{spec.name}: trace {traced - started:.3f} s, forward program {derived - traced:.3f} s, "
+            f"derivatives and layout {time.perf_counter() - derived:.3f} s\n{kernel}"
+        )
+    return kernel
+
+
 def compile_traced(spec: Spec) -> Path:
     """The package of one traced function in the cache, keyed by what tracing produced (so closures over
     constants are respected); built on a miss."""
     import sympy
-
-    from symgrad.compiler import compile_spec
 
     key = source_hash(
         repr(
@@ -88,7 +106,7 @@ def compile_traced(spec: Spec) -> Path:
     def build(root: Path) -> Path:
         dest = root / "jit" / f"{spec.name}-{key[:16]}"
         if intact_manifest(dest) is None:
-            kernels[:] = kernels or [compile_spec(spec)]
+            kernels[:] = kernels or [_kernel(lambda: spec)]
             write_package(kernels, dest, spec.origin, key)
         return dest
 

@@ -36,7 +36,7 @@ def _symbols(prefix: str, n: int) -> tuple[Symbol, ...]:
     return tuple(Symbol(f"{prefix}{k}", real=True) for k in range(n))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Derivation:
     """One function's forward program and the symbol families its programs are written over.
 

@@ -58,7 +58,8 @@ abs = Abs  # noqa: A001  (sg.abs like numpy.abs / torch.abs)
 
 
 def where(condition, x, y) -> sympy.Expr:
-    """``x`` where ``condition`` holds, else ``y``; the untaken branch never leaks NaN into value or gradient."""
+    """``x`` where ``condition`` holds, else ``y``; the untaken branch never leaks NaN into value or
+    gradient."""
     if isinstance(condition, bool):
         raise ModelError(
             f"sg.where: the condition is the Python bool {condition}, not a symbolic comparison. "

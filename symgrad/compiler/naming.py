@@ -1,4 +1,5 @@
-"""Identifier hygiene: every name in generated code is a valid, unique, non-reserved identifier in every target.
+"""Identifier hygiene: every name in generated code is a valid, unique, non-reserved identifier in every
+target.
 
 User names are kept where possible (``x``, ``cam_3``); anything else is sanitized: characters outside
 ``[A-Za-z0-9_]`` become ``_`` (after transliterating letters: ``α`` -> ``alpha``), a leading digit gets ``_``,

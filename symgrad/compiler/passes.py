@@ -54,9 +54,10 @@ def hoist_operands(
     - Local derivatives and stable forms build conditions from their operands (``maximum(a, b)``: ``a > b``,
       ``Eq(a, b)``; ``logaddexp``, ``softplus``); an operand that is a Piecewise would make SymPy fold it
       into the condition (exponential in the number of branches, through ``simplify_logic`` and inequality
-      solving: ``logsumexp(sin(x), cos(x), x)`` took 15 s to lower).
+      solving; see docs/performance.md).
     - A Piecewise that the model compares (``where(clamp(x, -1, 1) > y, ...)``) arrives held as a
-      ``PiecewiseOperand`` (see ``symgrad.compiler.piecewise``); it becomes a Piecewise temporary of its own here.
+      ``PiecewiseOperand`` (see ``symgrad.compiler.piecewise``); it becomes a Piecewise temporary of its own
+      here.
     - ``diff(Abs(u))`` is ``sign(u)*du`` only when SymPy can prove ``u`` real; for ``Abs(atanh(t))`` or
       ``Abs(log(t))`` it returns ``re``/``im``/``atan2`` forms that are unprintable or wasteful."""
     out: Assignments = []
@@ -169,7 +170,8 @@ def _may_be_nonfinite(d: sympy.Expr, finite: set[Symbol]) -> bool:
 
 @dataclass
 class Reverse:
-    """Result of reverse accumulation: adjoint assignments and one gradient expression per argument element."""
+    """Result of reverse accumulation: adjoint assignments and one gradient expression per argument
+    element."""
 
     assigns: Assignments
     grads: list[sympy.Expr]
@@ -302,10 +304,10 @@ _ONCE = frozenset({sympy.S.One, sympy.S.NegativeOne, sympy.S.Half, -sympy.S.Half
 
 
 def inline_single_use(assigns: Assignments, keep: set[Symbol]) -> Assignments:
-    """Substitute temporaries used exactly once (and atoms) into their user, for readable programs, except into
-    a condition (a Piecewise there is folded into it) or as the base of a power (SymPy would distribute the
-    power over a product again, see ``regroup_powers``); then give every compound base of a power its own
-    temporary, so that ``sin(x)**3`` does not print as three calls."""
+    """Substitute temporaries used exactly once (and atoms) into their user, for readable programs, except
+    into a condition (a Piecewise there is folded into it) or as the base of a power (SymPy would distribute
+    the power over a product again, see ``regroup_powers``); then give every compound base of a power its
+    own temporary, so that ``sin(x)**3`` does not print as three calls."""
     uses: dict[Symbol, int] = defaultdict(int)
     in_conditions: set[Symbol] = set()  # a Piecewise substituted there would be folded into it
     bases: set[Symbol] = set()  # a product substituted there would be distributed again

@@ -2,11 +2,11 @@
 
 SymPy rewrites a condition that contains a Piecewise (``where(clamp(x, -1, 1) > y, ...)``) into nested
 ``ITE`` conditions, one per combination of branches, through ``piecewise_fold`` and logic simplification:
-exponential in the nesting, seconds for a three-argument model, and past Python's recursion limit when
-the result is rebuilt (found by ``make fuzz``). ``piecewise`` builds a Piecewise whose conditions hold
-every nested Piecewise as a ``PiecewiseOperand`` instead: the same function, opaque to that folding.
-The lowering (``derive.hoist_operands``) turns each operand back into a Piecewise of its own temporary,
-so that the condition compares plain symbols.
+exponential in the nesting, and deep enough to pass Python's recursion limit when the result is rebuilt
+(cases: docs/performance.md). ``piecewise`` builds a Piecewise whose conditions hold every nested
+Piecewise as a ``PiecewiseOperand`` instead: the same function, opaque to that folding. The lowering
+(``passes.hoist_operands``) turns each operand back into a Piecewise of its own temporary, so that the
+condition compares plain symbols.
 """
 
 from __future__ import annotations
@@ -65,8 +65,8 @@ def settled(rel: Relational) -> Relational:
 
     Piecewise canonicalizes its conditions until nothing changes; for some comparisons of two compound sides
     that form flips back and forth (``maximum(...) > 1/(x**4 + 1) - 0.89`` and ``0.89 - 1/(x**4 + 1) >
-    -maximum(...)``), and the Piecewise is never built (a RecursionError, found by ``make fuzz``). The
-    difference compared with 0 settles, and is the same test for finite sides."""
+    -maximum(...)``), and the Piecewise is never built (a RecursionError). The difference compared with 0
+    settles, and is the same test for finite sides."""
     once = _canonical_coeff(rel)
     if _canonical_coeff(once) == once:
         return rel

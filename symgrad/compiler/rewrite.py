@@ -3,9 +3,9 @@
 Two families:
 - *canonical*: ``Max``/``Min``/``Heaviside`` become ``Piecewise`` with PyTorch's kink conventions, so that
   ``diff`` never produces ``Heaviside(0) = 1/2`` and NaN propagates like ``torch.maximum``;
-- *stability*: ``log(1 + exp(u))`` and ``log1p(exp(u))``, ``1/(1 + exp(-u))``, ``log(exp(a) + exp(b))``, ``log(1 + u)``, ``exp(u) - 1``
-  become the primitives ``softplus``, ``sigmoid``, ``logaddexp``, ``log1p``, ``expm1`` whose printed forms never
-  overflow (see ``symgrad.compiler.primitives``).
+- *stability*: ``log(1 + exp(u))`` and ``log1p(exp(u))``, ``1/(1 + exp(-u))``, ``log(exp(a) + exp(b))``,
+  ``log(1 + u)``, ``exp(u) - 1`` become the primitives ``softplus``, ``sigmoid``, ``logaddexp``, ``log1p``,
+  ``expm1`` whose printed forms never overflow (see ``symgrad.compiler.primitives``).
 
 and ``hold-compared-piecewise``, which keeps a Piecewise that those rules make inside a condition from being
 folded into it (see ``symgrad.compiler.piecewise``).
@@ -62,7 +62,8 @@ def _one_plus(e: sympy.Expr) -> sympy.Expr | None:
 
 
 def rewrite_log(e: sympy.Expr) -> sympy.Expr | None:
-    """log(sigmoid(u)) -> logsigmoid(u); log(1 + exp(u)) -> softplus(u); log(exp(a) + exp(b)) -> logaddexp(a, b); log(1 + u) -> log1p(u)."""
+    """log(sigmoid(u)) -> logsigmoid(u); log(1 + exp(u)) -> softplus(u);
+    log(exp(a) + exp(b)) -> logaddexp(a, b); log(1 + u) -> log1p(u)."""
     if not isinstance(e, log):
         return None
     inner = e.args[0]

@@ -1,7 +1,7 @@
 """The derivative conventions, as one table, and the check that only printable constructs go on.
 
 SymPy's ``diff`` leaves distributions and unevaluated derivatives at non-smooth points. The subgradient
-table below replaces each with PyTorch's convention (measured in torch 2.13):
+table below replaces each with PyTorch's convention (torch 2.13's gradients):
 
 | construct after ``diff``                       | becomes            | torch analogue          |
 |------------------------------------------------|--------------------|-------------------------|
@@ -10,9 +10,9 @@ table below replaces each with PyTorch's convention (measured in torch 2.13):
 | ``Derivative(frac(u))``, ``Derivative(Mod(u, c))`` | ``du``         | frac' = 1, fmod' = 1    |
 | ``re(u)`` / ``im(u)`` (``diff(Abs(u))`` when SymPy cannot prove ``u`` real) | ``u`` / 0 | values are real |
 
-Kinks handled before ``diff`` (see ``symgrad.compiler.primitives``): relu'(0) = 0, abs'(0) = 0 (``sign(0) = 0``),
-relu6'(0) = relu6'(6) = 0, ``sg.clamp`` boundaries 1, ``Max``/``Min`` of two inputs split a tie 1/2 : 1/2,
-``where(x > 0, ...)`` follows the user's inequality.
+Kinks handled before ``diff`` (see ``symgrad.compiler.primitives``): relu'(0) = 0, abs'(0) = 0
+(``sign(0) = 0``), relu6'(0) = relu6'(6) = 0, ``sg.clamp`` boundaries 1, ``Max``/``Min`` of two inputs
+split a tie 1/2 : 1/2, ``where(x > 0, ...)`` follows the user's inequality.
 """
 
 from __future__ import annotations
@@ -73,7 +73,8 @@ def _subgradient(e: sympy.Basic) -> sympy.Basic | None:
 
 
 def apply_subgradients(expr: sympy.Expr) -> sympy.Expr:
-    """Replace what the table covers; anything unprintable left afterwards is caught by ``check_supported``."""
+    """Replace what the table covers; anything unprintable left afterwards is caught by
+    ``check_supported``."""
     if not expr.has(DiracDelta, Derivative, Subs, re, im):
         return expr
 

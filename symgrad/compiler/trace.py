@@ -20,7 +20,8 @@ from symgrad.errors import ExpressionTooLarge, ModelError
 
 @dataclass(frozen=True)
 class Shape:
-    """Per-element shape of an argument or output: ``sg.Vector(3)``, ``sg.Matrix(3, 3)``; scalars are ``()``."""
+    """Per-element shape of an argument or output: ``sg.Vector(3)``, ``sg.Matrix(3, 3)``; scalars are
+    ``()``."""
 
     dims: tuple[int, ...]
 
