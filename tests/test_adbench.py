@@ -431,6 +431,7 @@ def test_gmm_against_pytorch(d, K):
     np.testing.assert_allclose(ours_grad, grad_torch, rtol=1e-10, atol=1e-10)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("d,K", [(2, 3), (4, 5)])
 def test_gmm_against_jax(d, K):
     jax = pytest.importorskip("jax")

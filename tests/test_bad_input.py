@@ -334,6 +334,7 @@ def many_functions(tmp_path_factory):
     return result, time.perf_counter() - start
 
 
+@pytest.mark.slow
 def test_model_with_500_functions_compiles_in_reasonable_time(many_functions, backend):
     """500 small functions: the package (numpy + C source) and the C build, each timed."""
     result, compile_s = many_functions

@@ -29,6 +29,9 @@ import pytest
 from symgrad.backends.c import direct
 from symgrad.build.cache import cache_root
 
+#: subprocess fleets, interrupted builds and damaged caches: seconds each (make test-fast skips them)
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[1]
 N_PROCESSES = 4
 

@@ -350,6 +350,7 @@ def test_notes_are_comment_safe():
     assert comment.count("*/") == 1 and comment.count("/*") == 1
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(GCC is None, reason="no C compiler")
 @pytest.mark.parametrize("std", ["-std=c99", "-std=gnu11"])
 @pytest.mark.parametrize("extra", [[], ["-fopenmp-simd", "-DSG_LIBMVEC=2", "-O2"], ["-fopenmp", "-O2"]])
@@ -364,6 +365,7 @@ def test_generated_c_compiles_cleanly(tmp_path, std, extra):
     assert r.returncode == 0, r.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(GCC is None, reason="no C compiler")
 def test_every_loop_vectorizes(tmp_path, all_kernels, module_text):
     """With the build's flags (libmvec declarations on), gcc vectorizes every kernel loop: no control flow

@@ -439,6 +439,7 @@ class TestTorch:
         for p, g in zip(net.parameters(), grads):
             torch.testing.assert_close(p.grad, g)
 
+    @pytest.mark.slow
     def test_torch_compile_inductor_fullgraph(self, m):
         """Default backend (inductor), fullgraph=True: the symgrad ops and the compiled backward run."""
         torch = self.torch

@@ -6,7 +6,8 @@ from pathlib import Path
 
 from symgrad.build.compile import compile_model_in_cache
 from symgrad.build.package import Package
-from symgrad.compiled.function import CompiledFunction, register_tensor_hook, sum_to_shape
+from symgrad.compiled.arguments import sum_to_shape
+from symgrad.compiled.function import CompiledFunction, register_tensor_hook
 
 
 def load_package(location: str | Path) -> dict[str, CompiledFunction]:

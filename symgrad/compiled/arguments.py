@@ -131,3 +131,21 @@ def uniform_value(fn_name: str, name: str, value: Any) -> float:
         return float(value)
     got = f"shape {np.shape(value)}" if np.ndim(value) else type(value).__name__
     raise ArgumentError(f"{fn_name}: argument '{name}' is uniform (one number per call); got {got}")
+
+
+def broadcast_axes(shape: tuple, target: tuple) -> tuple[int, ...]:
+    """The axes of an array of ``shape`` to sum over (keeping dims) to undo its broadcast from ``target``:
+    the leading axes broadcasting added and those it stretched from 1."""
+    lead = len(shape) - len(target)
+    return tuple(range(lead)) + tuple(
+        lead + i for i, n in enumerate(target) if n == 1 and shape[lead + i] != 1
+    )
+
+
+def sum_to_shape(g: np.ndarray, shape: tuple) -> np.ndarray:
+    """Sum ``g`` over the axes that broadcasting added or stretched to reach ``shape``."""
+    if g.shape == shape:
+        return g
+    axes = broadcast_axes(g.shape, shape)
+    g = g.sum(axis=axes, keepdims=True) if axes else g
+    return g.reshape(shape)

@@ -23,6 +23,7 @@ from symgrad.compiled.arguments import (
     check_number,
     is_number,
     split_cotangents,
+    sum_to_shape,
     uniform_value,
 )
 from symgrad.errors import ArgumentError
@@ -42,24 +43,6 @@ def register_tensor_hook(tensor_type: type, apply: Callable) -> None:
     (one tape node) instead of the kernels on arrays."""
     global _tensor_hook
     _tensor_hook = (tensor_type, apply)
-
-
-def broadcast_axes(shape: tuple, target: tuple) -> tuple[int, ...]:
-    """The axes of an array of ``shape`` to sum over (keeping dims) to undo its broadcast from ``target``:
-    the leading axes broadcasting added and those it stretched from 1."""
-    lead = len(shape) - len(target)
-    return tuple(range(lead)) + tuple(
-        lead + i for i, n in enumerate(target) if n == 1 and shape[lead + i] != 1
-    )
-
-
-def sum_to_shape(g: np.ndarray, shape: tuple) -> np.ndarray:
-    """Sum ``g`` over the axes that broadcasting added or stretched to reach ``shape``."""
-    if g.shape == shape:
-        return g
-    axes = broadcast_axes(g.shape, shape)
-    g = g.sum(axis=axes, keepdims=True) if axes else g
-    return g.reshape(shape)
 
 
 def _same_shape_floats(values: Sequence) -> tuple[Sequence, np.dtype, tuple] | None:

@@ -35,6 +35,7 @@ from symgrad.abi import FLOAT_DTYPES
 from symgrad.compiled.arguments import (
     FLOAT_NAMES,
     batch_shape,
+    broadcast_axes,
     broadcast_batches,
     broadcast_shape,
     check_arity,
@@ -60,7 +61,7 @@ def to_jax(fn: Any) -> JaxFunction:
 
 def _sum_to(g: jax.Array, shape: tuple) -> jax.Array:
     """Sum ``g`` (the batch shape, same rank as ``shape``) over the axes where ``shape`` has 1."""
-    axes = tuple(i for i, (a, b) in enumerate(zip(g.shape, shape)) if b == 1 and a != 1)
+    axes = broadcast_axes(g.shape, tuple(shape))
     g = jnp.sum(g, axis=axes, keepdims=True) if axes else g
     return g if g.shape == tuple(shape) else jnp.broadcast_to(g, shape)
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from symgrad.compiled.function import broadcast_axes
+from symgrad.compiled.arguments import broadcast_axes
 from symgrad.runtime.autograd import Node, mode
 from symgrad.runtime.tensor import Tensor, _result
 
