@@ -55,6 +55,16 @@ def pointer_entries(manifest: dict) -> list[str]:
 SECTION_MARK = "/* ---- "
 
 
+#: libm functions glibc's libmvec vectorizes, by tier: 1 since glibc 2.22, 2 since 2.35. The toolchain probe
+#: finds the tier that links here; the C emitter declares ``simd`` variants of the functions up to it.
+LIBMVEC_TIER = {
+    **{f: 1 for f in "exp log sin cos pow".split()},
+    **{
+        f: 2 for f in "tan asin acos atan atan2 sinh cosh tanh asinh acosh atanh erf erfc log1p expm1".split()
+    },
+}
+
+
 #: Identifiers ``symgrad.compiler.naming.sanitize`` never hands out: C keywords, the libm functions and types
 #: generated code uses, and names it defines.
 C_RESERVED = frozenset(

@@ -48,34 +48,7 @@ LIBM = {
     "ceiling": "ceil",
     "Abs": "fabs",
 }
-#: libm functions glibc's libmvec vectorizes: tier 1 since glibc 2.22, tier 2 since 2.35.
-LIBMVEC_TIER = {
-    "exp": 1,
-    "log": 1,
-    "sin": 1,
-    "cos": 1,
-    "pow": 1,
-    **{
-        f: 2
-        for f in (
-            "tan",
-            "asin",
-            "acos",
-            "atan",
-            "atan2",
-            "sinh",
-            "cosh",
-            "tanh",
-            "asinh",
-            "acosh",
-            "atanh",
-            "erf",
-            "erfc",
-            "log1p",
-            "expm1",
-        )
-    },
-}
+LIBMVEC_TIER = abi.LIBMVEC_TIER
 _ARITY = {"atan2": 2, "pow": 2}
 
 #: The primitives printed as calls, as helper templates: (libm functions they call, C text). The exp(-|u|)

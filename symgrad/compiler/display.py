@@ -25,12 +25,9 @@ class PiecewiseSelects:
     """Printer mixin: a Piecewise as nested selects, ``select(c1, v1, select(c2, v2, ...))``.
 
     The pairs are taken in order, the first true condition choosing its value; a final ``True`` condition
-    is the innermost value, otherwise the last select falls back to the printer's NaN. A printer says how
-    it writes one select (the three operands already printed) in ``_select``; conditions print before
-    their values, as SymPy's printers do."""
-
-    def _select(self, cond: str, then: str, other: str) -> str:
-        raise NotImplementedError
+    is the innermost value, otherwise the last select falls back to the printer's NaN. Each printer that
+    mixes it in defines ``_select(cond, then, other) -> str``: how it writes one select, the three operands
+    already printed. Conditions print before their values, as SymPy's printers do."""
 
     def _print_Piecewise(self, expr: sympy.Piecewise) -> str:
         *branches, (last, cond) = expr.args

@@ -48,9 +48,8 @@ class Module:
         object.__delattr__(self, name)
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
-        raise NotImplementedError(
-            f'Module [{type(self).__name__}] is missing the required "forward" function'
-        )
+        name = type(self).__name__
+        raise NotImplementedError(f'Module [{name}] is missing the required "forward" function')
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.forward(*args, **kwargs)

@@ -24,6 +24,7 @@ import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from symgrad import abi
 from symgrad.build.cache import cache_root
 from symgrad.debug import debug, say
 from symgrad.errors import CompilerUnavailable
@@ -172,25 +173,7 @@ int sg_probe(void) { int s = 0;
 
 def _libmvec_source(tier: int) -> str:
     """One ``omp simd`` loop per libmvec function of ``tier``, calling it through a declare-simd prototype."""
-    funcs = ["exp", "log", "sin", "cos", "pow"]
-    if tier >= 2:
-        funcs += [
-            "tan",
-            "asin",
-            "acos",
-            "atan",
-            "atan2",
-            "sinh",
-            "cosh",
-            "tanh",
-            "asinh",
-            "acosh",
-            "atanh",
-            "erf",
-            "erfc",
-            "log1p",
-            "expm1",
-        ]
+    funcs = [f for f, needs in abi.LIBMVEC_TIER.items() if needs <= tier]
     lines = ["#include <math.h>", "#include <stdint.h>"]
     for f in funcs:
         two = f in ("pow", "atan2")
