@@ -87,4 +87,4 @@ def one_line(text: str) -> str:
     """Text safe inside a one-line comment of any target: printable ASCII, no comment terminators."""
     text = text.encode("ascii", "replace").decode("ascii")
     text = re.sub(r"[^\x20-\x7e]", "?", text)
-    return text.replace("*/", "* /").replace("\\", "/")
+    return text.replace("\\", "/").replace("*/", "* /")  # "*\\" would become "*/" after the neutralizing

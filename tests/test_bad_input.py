@@ -549,6 +549,7 @@ EVIL_FILE_NAMES = [
     "ünï cödé.py",
     "star*%2Fslash.py",
     "sg_pwned=1;#.py",
+    "x*\\ int sg_pwned = 1; .py",  # a backslash after a star: was turned into "*/" closing the comment
 ]
 
 
@@ -676,3 +677,25 @@ def test_huge_constant_terms_do_not_stall_printing():
     texts = [formula(e), SymgradCPrinter().doprint(e), SymgradNumPyPrinter().doprint(e)]
     assert time.perf_counter() - start < 5, "printing stalled on a huge constant"
     assert all(re.search(r"exp\((numpy\.)?exp\((numpy\.)?exp\(40", t) for t in texts), texts
+
+
+def test_function_names_never_leave_the_cache_directory(tmp_path, monkeypatch):
+    """A function's ``__name__`` is data: ``../`` in it stays inside the cache, and a very long one works
+    (it named the package directory, which escaped the cache or failed with errno 36)."""
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("SYMGRAD_CACHE_DIR", str(cache))
+
+    def double(x):
+        return x * 2
+
+    def triple(x):
+        return x * 3
+
+    double.__name__ = "../../escaped"
+    triple.__name__ = "t" * 300
+    x = np.array([1.0, 2.0])
+    np.testing.assert_allclose(sg.function(double)(x), 2 * x)
+    np.testing.assert_allclose(sg.function(triple)(x), 3 * x)
+    assert not any(p.name.startswith("escaped") for p in tmp_path.rglob("*") if cache not in p.parents)
+    packages = [p for p in (cache / "jit").iterdir() if not p.name.startswith(".")]
+    assert len(packages) == 2 and all(len(p.name) < 64 for p in packages)

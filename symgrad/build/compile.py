@@ -7,6 +7,7 @@ SymPy and the compiler are imported only when something is actually (re)built.
 from __future__ import annotations
 
 import hashlib
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -104,13 +105,19 @@ def compile_traced(spec: Spec) -> Path:
     kernels: list[Kernel] = []
 
     def build(root: Path) -> Path:
-        dest = root / "jit" / f"{spec.name}-{key[:16]}"
+        dest = root / "jit" / f"{path_token(spec.name)}-{key[:16]}"
         if intact_manifest(dest) is None:
             kernels[:] = kernels or [_kernel(lambda: spec)]
             write_package(kernels, dest, spec.origin, key)
         return dest
 
     return in_cache(build)
+
+
+def path_token(name: str) -> str:
+    """``name`` as one bounded path component: letters, digits and ``_`` only (a function's ``__name__`` can
+    be anything, ``../x`` or thousands of characters); the content hash beside it keeps entries apart."""
+    return re.sub(r"[^A-Za-z0-9_]", "_", name)[:40] or "_"
 
 
 def model_key(path: Path) -> str:
@@ -123,7 +130,7 @@ def compile_model_in_cache(path: str | Path, *, force: bool = False) -> Path:
     path = Path(path).resolve()
 
     def build(root: Path) -> Path:
-        dest = root / "models" / f"{path.stem}-{model_key(path)}"
+        dest = root / "models" / f"{path_token(path.stem)}-{model_key(path)}"
         compile_model(path, dest, force=force)
         return dest
 
