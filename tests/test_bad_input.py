@@ -699,3 +699,45 @@ def test_function_names_never_leave_the_cache_directory(tmp_path, monkeypatch):
     assert not any(p.name.startswith("escaped") for p in tmp_path.rglob("*") if cache not in p.parents)
     packages = [p for p in (cache / "jit").iterdir() if not p.name.startswith(".")]
     assert len(packages) == 2 and all(len(p.name) < 64 for p in packages)
+
+
+def test_element_symbols_never_meet_another_argument(backend):
+    """``v[0]`` and an argument ``v_0`` are two variables (they were one SymPy symbol: 110 read 1100)."""
+
+    @sg.function
+    def vec(v: sg.Vector(2), v_0):
+        return v[0] * 10 + v_0 * v[1]
+
+    @sg.function
+    def mat(m: sg.Matrix(2, 2), m_0_1):
+        return m[0, 1] * 10 + m_0_1
+
+    v, v_0 = np.array([[1.0, 3.0]]), np.array([100.0])
+    np.testing.assert_allclose(vec(v, v_0), [10 + 300])
+    gv, gv_0 = vec.vjp(v, v_0, np.ones(1))
+    np.testing.assert_allclose(gv, [[10.0, 100.0]])
+    np.testing.assert_allclose(gv_0, [3.0])
+    m, m_0_1 = np.array([[[1.0, 2.0], [3.0, 4.0]]]), np.array([7.0])
+    np.testing.assert_allclose(mat(m, m_0_1), [27.0])
+    gm, gm_0_1 = mat.vjp(m, m_0_1, np.ones(1))
+    np.testing.assert_allclose(gm, [[[0.0, 10.0], [0.0, 0.0]]])
+    np.testing.assert_allclose(gm_0_1, [1.0])
+
+
+def test_arguments_named_like_internal_symbols(backend):
+    """Arguments named as symgrad's own temporaries and seeds were once those very symbols (an IR error or
+    a wrong gradient); every made-up symbol is apart from every argument."""
+
+    @sg.function
+    def clash(_t0, _cot0, _out0, _grad0, _tan_in0, _jac0_0, _c0):
+        return sg.sin(_t0) * _cot0 + _out0 * _grad0 + sg.exp(_tan_in0) * _jac0_0 - _c0**2
+
+    args = [np.array([v]) for v in (0.5, 2.0, 3.0, 4.0, 0.25, 5.0, 1.5)]
+    t0, cot0, out0, grad0, tan0, jac0, c0 = (a[0] for a in args)
+    want = np.sin(t0) * cot0 + out0 * grad0 + np.exp(tan0) * jac0 - c0**2
+    np.testing.assert_allclose(clash(*args), [want])
+    grads = clash.vjp(*args, np.ones(1))
+    expected = [np.cos(t0) * cot0, np.sin(t0), grad0, out0, np.exp(tan0) * jac0, np.exp(tan0), -2 * c0]
+    np.testing.assert_allclose([g[0] for g in grads], expected)
+    _, jvp_out = clash.jvp(tuple(args), tuple(np.ones(1) for _ in args))
+    np.testing.assert_allclose(jvp_out, [sum(expected)])

@@ -19,6 +19,7 @@ from symgrad.compiler.display import formula
 from symgrad.compiler.passes import (
     Assignments,
     forward_accumulate,
+    internal,
     joint_cse,
     reverse_accumulate,
     straight_line,
@@ -33,7 +34,8 @@ CLOSED_FORM_OPS = 60
 
 
 def _symbols(prefix: str, n: int) -> tuple[Symbol, ...]:
-    return tuple(Symbol(f"{prefix}{k}", real=True) for k in range(n))
+    """``n`` internal symbols (``passes.internal``: never a user's argument, whatever its name)."""
+    return tuple(internal(f"{prefix}{k}") for k in range(n))
 
 
 @dataclass(frozen=True, eq=False)
@@ -103,7 +105,7 @@ def derive(spec: Spec) -> Derivation:
         "grad": _symbols("_grad", n_in),
         "tangent": _symbols("_tan_in", n_in),
         "jvp": _symbols("_jvp", n_out),
-        "jacobian": tuple(Symbol(f"_jac{j}_{i}", real=True) for j in range(n_out) for i in range(n_in)),
+        "jacobian": tuple(internal(f"_jac{j}_{i}") for j in range(n_out) for i in range(n_in)),
     }
     return Derivation(spec, outputs, temps + list(zip(out_syms, reduced)), symbols)
 

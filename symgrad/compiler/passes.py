@@ -25,9 +25,16 @@ from symgrad.compiler.rules import apply_subgradients, check_supported
 Assignments = list[tuple[Symbol, sympy.Expr]]
 
 
+def internal(name: str) -> Symbol:
+    """The real symbol of a name symgrad makes up (renamed readably later): ``_t0'``. The quote keeps it
+    apart from every argument's symbol (an identifier such as ``_t0``, or an element such as ``v[0]``)
+    and sorts as the bare name would, so programs come out in the same order."""
+    return Symbol(f"{name}'", real=True)
+
+
 def fresh(prefix: str):
-    """An endless supply of real symbols ``prefix0, prefix1, ...`` (renamed readably later)."""
-    return (Symbol(f"{prefix}{k}", real=True) for k in count())
+    """An endless supply of internal symbols ``prefix0', prefix1', ...``."""
+    return (internal(f"{prefix}{k}") for k in count())
 
 
 def inline_booleans(assigns: Assignments, results: list[sympy.Expr]) -> tuple[Assignments, list[sympy.Expr]]:

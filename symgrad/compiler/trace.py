@@ -81,11 +81,13 @@ class Spec:
 
 
 def _element_symbols(name: str, shape: tuple[int, ...]) -> list[sympy.Symbol]:
+    """The real symbols of an argument's elements: ``x``; ``v[0]``; ``m[0, 1]``. An element's name is no
+    identifier, so it is never the symbol of another argument (``v[0]`` and an argument ``v_0``)."""
     if not shape:
         return [sympy.Symbol(name, real=True)]
     if len(shape) == 1:
-        return [sympy.Symbol(f"{name}_{i}", real=True) for i in range(shape[0])]
-    return [sympy.Symbol(f"{name}_{i}_{j}", real=True) for i in range(shape[0]) for j in range(shape[1])]
+        return [sympy.Symbol(f"{name}[{i}]", real=True) for i in range(shape[0])]
+    return [sympy.Symbol(f"{name}[{i}, {j}]", real=True) for i in range(shape[0]) for j in range(shape[1])]
 
 
 def _resolve_annotation(fn: Callable, annotation: Any, param: str) -> tuple[int, ...]:
