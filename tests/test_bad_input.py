@@ -741,3 +741,77 @@ def test_arguments_named_like_internal_symbols(backend):
     np.testing.assert_allclose([g[0] for g in grads], expected)
     _, jvp_out = clash.jvp(tuple(args), tuple(np.ones(1) for _ in args))
     np.testing.assert_allclose(jvp_out, [sum(expected)])
+
+
+def test_functions_whose_names_sanitize_alike_stay_apart(tmp_path, backend):
+    """``alpha``/``α`` and ``exp``/``exp_`` made one identifier: the NumPy backend ran the other function and
+    the C build failed for every function. Each keeps its own kernels now."""
+    (tmp_path / "alike.py").write_text(
+        textwrap.dedent("""\
+            import symgrad as sg
+
+            @sg.function
+            def alpha(x):
+                return x * 2
+
+            @sg.function
+            def α(x):
+                return x * 3
+
+            @sg.function
+            def exp(x):
+                return x * 5
+
+            @sg.function
+            def exp_(x):
+                return x * 7
+        """)
+    )
+    module = sg.compile(tmp_path / "alike.py")
+    x = np.array([1.0, 2.0])
+    for name, factor in (("alpha", 2), ("α", 3), ("exp", 5), ("exp_", 7)):
+        np.testing.assert_allclose(getattr(module, name)(x), factor * x, err_msg=name)
+        np.testing.assert_allclose(getattr(module, name).vjp(x, np.ones(2))[0], factor, err_msg=name)
+
+
+def test_two_functions_of_one_name_are_an_error(tmp_path):
+    (tmp_path / "twice.py").write_text(
+        textwrap.dedent("""\
+            import symgrad as sg
+
+            def make(k):
+                @sg.function
+                def scale(x):
+                    return x * k
+                return scale
+
+            double = make(2)
+            triple = make(3)
+        """)
+    )
+    with pytest.raises(sg.ModelError, match=r"two functions are named .scale. \(twice.py:4 and twice.py:4\)"):
+        compile_model(tmp_path / "twice.py")
+
+
+def test_a_package_that_cannot_be_replaced_is_an_error_not_a_success(tmp_path, monkeypatch):
+    """``symgrad compile -o DIR`` onto a directory that cannot be moved aside (a mount point, an immutable
+    directory) reported success and left the old package in place."""
+    import errno
+
+    import symgrad.build.cache as cache
+
+    (tmp_path / "m.py").write_text("import symgrad as sg\n@sg.function\ndef f(x):\n    return x * 2\n")
+    old = compile_model(tmp_path / "m.py", tmp_path / "out")
+    (tmp_path / "m.py").write_text("import symgrad as sg\n@sg.function\ndef f(x):\n    return x * 3\n")
+    replace = os.replace
+
+    def pinned(src, dst):
+        if str(src) == str(old.path):  # the old package stays where it is
+            raise OSError(errno.EBUSY, "Device or resource busy")
+        return replace(src, dst)
+
+    monkeypatch.setattr(cache.os, "replace", pinned)
+    with pytest.raises(OSError, match="cannot"):
+        compile_model(tmp_path / "m.py", tmp_path / "out")
+    monkeypatch.setattr(cache.os, "replace", replace)
+    assert sg.load_package(tmp_path / "out")["f"](np.array([1.0])) == 2.0  # the old one, intact

@@ -111,10 +111,20 @@ def _swap_in(build: Path, dest: Path) -> None:
             pass  # another process replaced it first; ours goes in below
     try:
         os.replace(build, dest)
-    except OSError:
-        if not dest.exists():  # a concurrent writer won the race with identical content otherwise
-            raise
+    except OSError as exc:
+        # only a concurrent writer that published the same content first is a success; a destination that
+        # cannot be replaced (a mount point, an immutable or foreign directory) is an error
+        if not (dest.exists() and _same_files(build, dest)):
+            raise OSError(exc.errno, f"cannot replace {dest} ({exc.strerror or exc})") from None
         shutil.rmtree(build, ignore_errors=True)
+
+
+def _same_files(a: Path, b: Path) -> bool:
+    """Whether directories ``a`` and ``b`` hold the same files with the same bytes."""
+    files = sorted(p.relative_to(a) for p in a.rglob("*") if p.is_file())
+    if files != sorted(p.relative_to(b) for p in b.rglob("*") if p.is_file()):
+        return False
+    return all((a / f).read_bytes() == (b / f).read_bytes() for f in files)
 
 
 def staging_dir(parent: Path, name: str) -> Path:

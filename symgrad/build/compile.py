@@ -55,11 +55,13 @@ def compile_model(
     from symgrad.compiler.model import load_model
 
     functions = load_model(path)
+    _check_unique_names(path, functions)
     kernels = []
     for i, fn in enumerate(functions):
         if progress:
             progress(i, len(functions), fn.name)
         kernels.append(_kernel(fn.trace))
+    kernels = _unique_idents(kernels)
     try:
         write_package(kernels, dest, path.name, src_hash)
     except OSError as exc:  # keeps errno: a full cache directory makes sg.compile fall back (cache.in_cache)
@@ -67,6 +69,33 @@ def compile_model(
             exc.errno, f"cannot write the compiled package {dest} ({exc.strerror or exc})"
         ) from None
     return BuildResult(dest, rebuilt=True, kernels=kernels)
+
+
+def _check_unique_names(path: Path, functions: list) -> None:
+    """Two ``@sg.function``s of one name would shadow each other in the compiled module."""
+    seen: dict[str, str] = {}
+    for fn in functions:
+        if fn.name in seen:
+            raise ModelError(
+                f"{path.name}: two functions are named {fn.name!r} ({seen[fn.name]} and {fn.origin}); "
+                "give each @sg.function its own name"
+            )
+        seen[fn.name] = fn.origin
+
+
+def _unique_idents(kernels: list[Kernel]) -> list[Kernel]:
+    """Distinct names whose identifiers sanitize alike (``alpha`` and ``α``, ``exp`` and ``exp_``) get
+    distinct identifiers, in model order (the first keeps its own)."""
+    import dataclasses
+
+    from symgrad.compiler.naming import Namer
+
+    namer = Namer()
+    unique = []
+    for kernel in kernels:
+        ident = namer(kernel.name)
+        unique.append(kernel if ident == kernel.name else dataclasses.replace(kernel, name=ident))
+    return unique
 
 
 def _kernel(trace: Callable[[], Spec]) -> Kernel:
