@@ -170,22 +170,29 @@ def cmd_cache(args: argparse.Namespace) -> int:
     return 0
 
 
+MODEL_HELP = "the model file (imported, so its code runs, as with `python MODEL`)"
+
+
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="symgrad", description="Symbolic differentiation compiler for Python.")
+    p = argparse.ArgumentParser(
+        prog="symgrad",
+        description="Symbolic differentiation compiler for Python.",
+        epilog="compile, show and check import MODEL to trace it: like `python MODEL`, that runs its code.",
+    )
     sub = p.add_subparsers(dest="command", required=True)
     c = sub.add_parser("compile", help="compile a model file into <model>_symgrad/")
-    c.add_argument("model")
+    c.add_argument("model", help=MODEL_HELP)
     c.add_argument("-o", "--output", help="package directory (default: <model>_symgrad beside the model)")
     c.add_argument("--force", action="store_true", help="rebuild even if the model is unchanged")
     c.add_argument("--timeout", type=float, default=None, help="give up after this many seconds")
     c.set_defaults(run=cmd_compile)
     s = sub.add_parser("show", help="print derived formulas and generated source")
-    s.add_argument("model")
+    s.add_argument("model", help=MODEL_HELP)
     s.add_argument("function", nargs="?")
     s.add_argument("--format", choices=FORMATS, default="formula")
     s.set_defaults(run=cmd_show)
     k = sub.add_parser("check", help="check every gradient against central finite differences")
-    k.add_argument("model")
+    k.add_argument("model", help=MODEL_HELP)
     k.add_argument("function", nargs="?")
     k.add_argument(
         "--against",

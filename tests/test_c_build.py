@@ -483,3 +483,17 @@ def test_a_large_model_builds_as_one_unit_per_core(tmp_path, monkeypatch, cache)
     p, s = np.abs(np.linspace(-1, 1, 9)).reshape(3, 3), np.ones(3)
     (norm,) = kernels.program("norm3", "forward", np.dtype(np.float64))((p, s), (3,))
     np.testing.assert_allclose(norm, np.linalg.norm(p, axis=1), rtol=1e-14)
+
+
+def test_builds_read_sysconfig_once_at_import(cache, monkeypatch):
+    """CPython 3.11's first sysconfig query is racy (threads' first calls saw None: "'NoneType' object has no
+    attribute 'encode'" in build_key): builds use the values read when the toolchain module loaded."""
+    import sysconfig
+
+    monkeypatch.setattr(sysconfig, "get_config_var", lambda *a, **k: None)
+    monkeypatch.setattr(sysconfig, "get_paths", lambda *a, **k: {})
+    assert build_c.build_key(source(3.0), CDEF, TOOLCHAIN) != build_c.build_key(source(3.5), CDEF, TOOLCHAIN)
+    m = build_c.load(source(3.25), CDEF, label="sysconfig")
+    x, out = np.arange(3.0), np.empty(3)
+    m.lib.twice__forward_f64(3, m.ffi.from_buffer("double[]", x), m.ffi.from_buffer("double[]", out))
+    np.testing.assert_allclose(out, 2 * x + 3.25)

@@ -140,3 +140,10 @@ def test_debug_prints_the_ir_then_also_the_generated_source(model):
     assert r.returncode == 0, r.stderr
     assert "program value_and_vjp(x, grad) -> (out, grad_x):" in r.stderr
     assert "def softplus__forward(" in r.stderr and "void softplus__forward_f64(" in r.stderr
+
+
+def test_help_says_that_compiling_runs_the_model(tmp_path):
+    for command in ("compile", "show", "check"):
+        r = symgrad(command, "--help", cwd=tmp_path)
+        assert r.returncode == 0 and "its code runs" in " ".join(r.stdout.split()), command
+    assert "that runs its code" in " ".join(symgrad("--help", cwd=tmp_path).stdout.split())

@@ -28,7 +28,6 @@ import shlex
 import shutil
 import subprocess
 import sys
-import sysconfig
 import tempfile
 import time
 from dataclasses import asdict
@@ -37,6 +36,8 @@ from types import ModuleType
 
 from symgrad import abi
 from symgrad.backends.c.toolchain import (
+    EXT_SUFFIX,
+    PYTHON_INCLUDE,
     Toolchain,
     debug_command,
     forget_toolchain,
@@ -98,8 +99,8 @@ def build_key(source: str, cdef: str, tc: Toolchain) -> str:
         SUPPORT_SOURCE,
         tc.identity(),
         " ".join(sanitize_flags()),
-        sysconfig.get_config_var("EXT_SUFFIX"),
-        sysconfig.get_paths()["include"],
+        EXT_SUFFIX,
+        PYTHON_INCLUDE,
         _versions(),
     ):
         h.update(part.encode())
@@ -112,7 +113,7 @@ def module_name(key: str) -> str:
 
 
 def _so_name(key: str) -> str:
-    return module_name(key) + (sysconfig.get_config_var("EXT_SUFFIX") or ".so")
+    return module_name(key) + EXT_SUFFIX
 
 
 def _import(name: str, path: Path) -> ModuleType:
@@ -267,7 +268,7 @@ def _cffi_steps(tmp: Path, source: str, cdef: str, glue: str, tc: Toolchain, key
     omp += list(sanitize_flags())
     objects = [file[:-2] + ".o" for file in files]
     steps = [[*tc.cc, *tc.flags, *sanitize_flags(), "-c", "-o", o, f] for o, f in zip(objects, files)]
-    include = f"-I{sysconfig.get_paths()['include']}"
+    include = f"-I{PYTHON_INCLUDE}"
     steps.append([*tc.cc, "-O1", "-fPIC", *omp, include, "-c", "-o", "wrapper.o", wrapper])
     link = [*tc.cc, "-shared", *omp, "-o", _so_name(key), *objects, "wrapper.o", *tc.libs]
     return "kernels.c", steps, link
@@ -282,7 +283,7 @@ def _extension_steps(tmp: Path, source: str, tc: Toolchain, key: str) -> tuple:
         *flags,
         *sanitize_flags(),
         f"-DSG_MODULE={module_name(key)}",
-        f"-I{sysconfig.get_paths()['include']}",
+        f"-I{PYTHON_INCLUDE}",
         "-c",
         "-o",
         "module.o",

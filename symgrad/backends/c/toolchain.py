@@ -29,6 +29,10 @@ from symgrad.build.cache import cache_root
 from symgrad.debug import debug, say
 from symgrad.errors import CompilerUnavailable
 
+#: Python's header directory and extension suffix, read once at import: CPython 3.11's first ``sysconfig``
+#: query is not thread-safe (concurrent first calls saw None).
+PYTHON_INCLUDE: str = sysconfig.get_paths()["include"]
+EXT_SUFFIX: str = sysconfig.get_config_var("EXT_SUFFIX") or ".so"
 #: The probe and the base flags are this file: its text is part of every probe id.
 PROBE_SOURCE_DIGEST = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()
 BASE_FLAGS = ("-O3", "-fPIC", "-fno-math-errno", "-fno-trapping-math", "-ffp-contract=off", "-fopenmp-simd")
@@ -115,7 +119,7 @@ def toolchain() -> Toolchain:
                 st.st_mtime_ns,
                 extra,
                 _cpu_id(),
-                sysconfig.get_paths()["include"],
+                PYTHON_INCLUDE,
                 os.environ.get("SYMGRAD_OPENMP", "1"),
                 os.environ.get("SYMGRAD_NATIVE", "1"),
             ]
@@ -212,7 +216,7 @@ def _probe(cc: list[str], extra: tuple[str, ...]) -> Toolchain:
     if r.returncode != 0:
         raise CompilerUnavailable(f"{cc[0]} --version failed: {r.stderr.strip()[:300]}")
     version = (r.stdout.splitlines() or ["?"])[0]
-    include = Path(sysconfig.get_paths()["include"])
+    include = Path(PYTHON_INCLUDE)
     if not (include / "Python.h").exists():
         raise CompilerUnavailable(f"Python headers not found ({include}/Python.h); install python3-dev")
     flags = [*BASE_FLAGS]
