@@ -282,3 +282,44 @@ def test_no_memory_growth_over_training_steps():
     finally:
         tracemalloc.stop()
     assert growth < 64 * 1024, f"memory grew by {growth} bytes over 1000 steps"
+
+
+def test_backward_from_threads_into_one_leaf_loses_no_update():
+    """Accumulation into a shared leaf is serialized (NumPy releases the GIL inside ``acc += g``: 8 threads
+    lost most of 1e6 element updates)."""
+    import threading
+
+    x = sg.tensor(np.zeros(1_000_000), requires_grad=True)
+    rounds, workers = 20, 8
+
+    def work():
+        for _ in range(rounds):
+            x.sum().backward()
+
+    threads = [threading.Thread(target=work) for _ in range(workers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    np.testing.assert_array_equal(x.grad.data, np.full(1_000_000, float(rounds * workers)))
+
+
+@pytest.mark.parametrize("leaf", [True, False])
+def test_hooks_that_change_the_gradient_wrongly_raise_pytorchs_errors(leaf):
+    def run(hook):
+        x = sg.tensor([1.0, 2.0, 3.0], requires_grad=True)
+        y = x * 2
+        (x if leaf else y).register_hook(hook)
+        (y * 3).sum().backward()
+        return x.grad
+
+    def shrink(g):
+        return sg.tensor([1.0, 2.0])
+
+    with pytest.raises(RuntimeError, match="hook 'shrink' has changed the size of value"):
+        run(shrink)
+    with pytest.raises(TypeError, match="expected Variable, but hook returned 'int'"):
+        run(lambda g: 5)
+    with pytest.raises(RuntimeError, match=r"hook .<lambda>. has changed the type of value \(was float32"):
+        run(lambda g: sg.tensor(np.ones(3, np.float64)))
+    np.testing.assert_allclose(run(lambda g: g * 10).data, np.full(3, 60.0))

@@ -143,15 +143,31 @@ def _wrap(g: Any) -> Any:
     return g if isinstance(g, _t.Tensor) else _t.Tensor(np.asarray(g))
 
 
+def _apply_hook(fn: Callable, g: Any, graph: bool) -> Any:
+    """``fn``'s replacement for gradient ``g`` (``g`` itself when it returns None), with PyTorch's errors for
+    a result that is not a tensor or changes the gradient's shape or dtype."""
+    t = _wrap(g)
+    result = fn(t)
+    if result is None:
+        return g
+    if not isinstance(result, _t.Tensor):
+        raise TypeError(f"expected Variable, but hook returned '{type(result).__name__}'")
+    name = getattr(fn, "__name__", repr(fn))
+    if result.data.shape != t.data.shape:
+        raise RuntimeError(f"hook '{name}' has changed the size of value")
+    if result.data.dtype != t.data.dtype:
+        raise RuntimeError(
+            f"hook '{name}' has changed the type of value (was {t.data.dtype} got {result.data.dtype})"
+        )
+    return result if graph else result.data
+
+
 def _run_hooks(hooks: list, index: int, g: Any, graph: bool) -> Any:
     """Apply tensor hooks (then retain_grad, always last) to the gradient of output ``index``."""
     for want_retain in (False, True):
         for i, fn, is_retain in hooks:
             if i == index and is_retain is want_retain:
-                t = _wrap(g)
-                result = fn(t)
-                if result is not None:
-                    g = result if graph else result.data
+                g = _apply_hook(fn, g, graph)
     return g
 
 
@@ -247,16 +263,24 @@ def _own(g: Any) -> Any:
     return g
 
 
+#: Serializes gradient accumulation, as PyTorch's AccumulateGrad does: NumPy releases the GIL inside
+#: ``acc += g``, so threads running backward into one leaf would lose updates.
+_ACCUMULATING = threading.Lock()
+
+
 def _accumulate(leaf: Any, g: Any, graph: bool, given: set) -> None:
     if leaf._hooks:
         for fn in list(leaf._hooks):
-            result = fn(_wrap(g))
-            if result is not None:
-                g = result if graph else result.data
+            g = _apply_hook(fn, g, graph)
     if not graph:
         g = np.asarray(g)
         if g.dtype != leaf.data.dtype:
             g = g.astype(leaf.data.dtype)
+    with _ACCUMULATING:
+        _add_to_grad(leaf, g, graph, given)
+
+
+def _add_to_grad(leaf: Any, g: Any, graph: bool, given: set) -> None:
     if leaf.grad is None:
         if not graph:
             g = g.copy() if id(g) in given else _own(g)
