@@ -26,8 +26,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import symgrad as sg
 from symgrad.backends.c import direct
 from symgrad.build.cache import cache_root
+from symgrad.build.compile import compile_model
 
 #: subprocess fleets, interrupted builds and damaged caches: seconds each (make test-fast skips them)
 pytestmark = pytest.mark.slow
@@ -558,3 +560,31 @@ def test_damaged_cli_package_names_the_file_and_symgrad_compile_repairs_it(tmp_p
     )
     assert r.returncode == 0, r.stderr
     np.testing.assert_allclose(json.loads(r.stdout), _expected()["softplus"], rtol=1e-12)
+
+
+def test_editing_a_module_the_model_imports_rebuilds_the_package(tmp_path):
+    """Only the model file's bytes were hashed: editing consts.py or a helper @sg.function it imports left
+    the package 'up to date' with the old results."""
+    (tmp_path / "consts.py").write_text("K = 2.0\n")
+    (tmp_path / "helpers.py").write_text(
+        "import symgrad as sg\n\n@sg.function\ndef bump(x):\n    return x + 1\n"
+    )
+    (tmp_path / "model.py").write_text(
+        "import symgrad as sg\nfrom consts import K\nfrom helpers import bump\n\n"
+        "@sg.function\ndef f(x):\n    return K * bump(x)\n"
+    )
+    x = np.array([1.0, 2.0])
+    first = compile_model(tmp_path / "model.py")
+    assert first.rebuilt and set(json.loads((first.path / "manifest.json").read_text())["dependencies"]) == {
+        "consts.py",
+        "helpers.py",
+    }
+    np.testing.assert_allclose(sg.compile(tmp_path / "model.py").f(x), 2 * (x + 1))
+    assert not compile_model(tmp_path / "model.py").rebuilt  # nothing changed: up to date
+    (tmp_path / "consts.py").write_text("K = 3.0\n")
+    assert compile_model(tmp_path / "model.py").rebuilt
+    np.testing.assert_allclose(sg.load_package(first.path)["f"](x), 3 * (x + 1))
+    (tmp_path / "helpers.py").write_text(
+        "import symgrad as sg\n\n@sg.function\ndef bump(x):\n    return x + 10\n"
+    )
+    np.testing.assert_allclose(sg.compile(tmp_path / "model.py").f(x), 3 * (x + 10))

@@ -50,11 +50,12 @@ def compile_model(
     dest = Path(out_dir) if out_dir else path.parent / f"{path.stem}_symgrad"
     src_hash = source_hash(text)
     old = intact_manifest(dest)
-    if not force and old is not None and old["source_hash"] == src_hash:
+    if not force and old is not None and old["source_hash"] == src_hash and _same_dependencies(path, old):
         return BuildResult(dest, rebuilt=False)
-    from symgrad.compiler.model import load_model
+    from symgrad.compiler.model import read_model
 
-    functions = load_model(path)
+    model = read_model(path)
+    functions = model.functions
     _check_unique_names(path, functions)
     kernels = []
     for i, fn in enumerate(functions):
@@ -63,12 +64,28 @@ def compile_model(
         kernels.append(_kernel(fn.trace))
     kernels = _unique_idents(kernels)
     try:
-        write_package(kernels, dest, path.name, src_hash)
+        write_package(kernels, dest, path.name, src_hash, _digests(path, model.dependencies))
     except OSError as exc:  # keeps errno: a full cache directory makes sg.compile fall back (cache.in_cache)
         raise OSError(
             exc.errno, f"cannot write the compiled package {dest} ({exc.strerror or exc})"
         ) from None
     return BuildResult(dest, rebuilt=True, kernels=kernels)
+
+
+def _digests(model: Path, files: tuple[Path, ...]) -> dict[str, str]:
+    """The digest of each file, by its path relative to the model's folder."""
+    folder = model.resolve().parent
+    return {f.relative_to(folder).as_posix(): hashlib.sha256(f.read_bytes()).hexdigest() for f in files}
+
+
+def _same_dependencies(model: Path, manifest: dict) -> bool:
+    """Whether every local module the package's model imported is unchanged (missing: changed)."""
+    folder = model.resolve().parent
+    recorded = manifest.get("dependencies", {})
+    try:
+        return all(hashlib.sha256((folder / f).read_bytes()).hexdigest() == d for f, d in recorded.items())
+    except OSError:
+        return False
 
 
 def _check_unique_names(path: Path, functions: list) -> None:

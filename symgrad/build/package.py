@@ -102,12 +102,19 @@ def kernel_manifest(k: Kernel, sources: dict[str, str]) -> dict:
     }
 
 
-def write_package(kernels: Sequence[Kernel], dest: Path, source: str, src_hash: str) -> None:
-    """Emit every registered target for ``kernels`` and publish the package at ``dest`` atomically."""
+def write_package(
+    kernels: Sequence[Kernel],
+    dest: Path,
+    source: str,
+    src_hash: str,
+    dependencies: dict[str, str] | None = None,
+) -> None:
+    """Emit every registered target for ``kernels`` and publish the package at ``dest`` atomically;
+    ``dependencies``: the digest of each local module the model imported, by path relative to the model."""
     info = emitters.ModelInfo(source=source, symgrad_version=__version__)
     stage = staging_dir(dest.parent, dest.name)
     try:
-        _write_files(kernels, stage, info, source, src_hash)
+        _write_files(kernels, stage, info, source, src_hash, dependencies or {})
         publish_dir(stage, dest)
     except BaseException:  # Ctrl-C included: no half-written staging directory is left behind
         shutil.rmtree(stage, ignore_errors=True)
@@ -115,7 +122,12 @@ def write_package(kernels: Sequence[Kernel], dest: Path, source: str, src_hash: 
 
 
 def _write_files(
-    kernels: Sequence[Kernel], stage: Path, info: emitters.ModelInfo, source: str, src_hash: str
+    kernels: Sequence[Kernel],
+    stage: Path,
+    info: emitters.ModelInfo,
+    source: str,
+    src_hash: str,
+    dependencies: dict[str, str],
 ) -> None:
     files: dict[str, str] = {}
     digests: dict[str, str] = {}
@@ -139,6 +151,7 @@ def _write_files(
         "symgrad_version": __version__,
         "source": source,
         "source_hash": src_hash,
+        "dependencies": dependencies,
         "package_hash": digest.hexdigest(),
         "files": files,
         "digests": digests,
