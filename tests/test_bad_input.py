@@ -815,3 +815,34 @@ def test_a_package_that_cannot_be_replaced_is_an_error_not_a_success(tmp_path, m
         compile_model(tmp_path / "m.py", tmp_path / "out")
     monkeypatch.setattr(cache.os, "replace", replace)
     assert sg.load_package(tmp_path / "out")["f"](np.array([1.0])) == 2.0  # the old one, intact
+
+
+def test_unusable_arguments_and_settings_get_clear_errors(backend, monkeypatch):
+    """Each of these raised something else (OverflowError, NumPy's ValueError, a dtype error that named a
+    float64 array's own dtype, one out= message for every property, a bare int() error)."""
+
+    @sg.function
+    def f(x, y):
+        return x * y + sg.exp(x)
+
+    x = np.ones(3)
+    with pytest.raises(
+        sg.ArgumentError, match="argument 'x' is an integer of 401 digits, too large for float64"
+    ):
+        f(10**400, x)
+    with pytest.raises(sg.ArgumentError, match="argument 'x' is not a rectangular array of numbers"):
+        f([[1.0, 2.0], [3.0]], 1.0)
+    with pytest.raises(sg.ArgumentError, match=r"float64 in non-native byte order \(>f8\); convert it with"):
+        f(np.ones(3, dtype=">f8"), x)
+    for out, problem in [
+        (np.empty(3, np.float32), "its dtype is float32, not float64"),
+        (np.empty(4), r"its shape is \(4,\), not \(3,\)"),
+        (np.empty(6)[::2], "it is not C-contiguous"),
+        (np.frombuffer(bytes(24)), "it is read-only"),
+        ((1.0,), "it is a float, not a NumPy array"),
+    ]:
+        with pytest.raises(sg.ArgumentError, match=r"out\[0\] must be .*; " + problem):
+            f(x, x, out=out)
+    monkeypatch.setenv("SYMGRAD_MAX_OPS", "abc")
+    with pytest.raises(sg.ModelError, match="SYMGRAD_MAX_OPS must be a whole number of nodes, got 'abc'"):
+        sg.function(lambda z: z * 3).trace()

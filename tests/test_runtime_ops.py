@@ -361,3 +361,17 @@ def test_stable_softplus_and_sigmoid():
     np.testing.assert_allclose(x.grad.data, [0.0, 0.5, 1.0])
     s = sg.tensor([-1000.0, 1000.0]).sigmoid()
     assert np.all(np.isfinite(s.data)) and s.tolist() == [0.0, 1.0]
+
+
+def test_integer_and_float_tensors_promote_as_in_pytorch():
+    """An integer tensor times a float one was an ArgumentError; PyTorch promotes to the float's dtype."""
+    w = sg.tensor([1.5, 2.0, 3.0], requires_grad=True)
+    y = sg.tensor([1, 2, 3]) * w
+    assert y.data.dtype == np.float32
+    np.testing.assert_allclose(y.data, [1.5, 4.0, 9.0])
+    y.sum().backward()
+    np.testing.assert_allclose(w.grad.data, [1.0, 2.0, 3.0])
+    assert (sg.tensor([1, 2, 3]) * 1.5).data.dtype == np.float32
+    assert (sg.tensor([1, 2]) * sg.tensor(np.array([0.5]))).data.dtype == np.float64
+    assert (sg.tensor([True, False]) + sg.tensor([1.5, 1.5])).data.dtype == np.float32
+    assert (sg.tensor([1, 2]) * 2).data.dtype == np.int64

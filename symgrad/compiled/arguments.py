@@ -64,7 +64,54 @@ def check_dtype(
 ) -> None:
     """Raise unless ``dtype`` is one of ``allowed`` (the float dtypes, in the caller's framework)."""
     if dtype not in allowed:
+        if isinstance(dtype, np.dtype) and dtype.newbyteorder("=") in allowed:
+            raise ArgumentError(
+                f"{fn_name}: argument '{name}' is {dtype.name} in non-native byte order ({dtype.str}); "
+                f"convert it with .astype(np.{dtype.name})"
+            )
         raise dtype_error(fn_name, name, dtype, expected)
+
+
+def as_array(fn_name: str, name: str, value: Any) -> np.ndarray:
+    """``value`` (an array or a nested sequence) as a NumPy array; ragged or unconvertible input is an
+    ``ArgumentError`` naming the argument."""
+    if isinstance(value, np.ndarray):
+        return value
+    try:
+        return np.asarray(value)
+    except (ValueError, TypeError, OverflowError) as exc:
+        raise ArgumentError(
+            f"{fn_name}: argument '{name}' is not a rectangular array of numbers ({exc})"
+        ) from None
+
+
+def check_number_range(fn_name: str, name: str, value: int | float) -> None:
+    """Raise for a Python int too large for float64 (``10**400``); every float is representable."""
+    if isinstance(value, int) and abs(value) > _FLOAT64_MAX:
+        digits = len(str(abs(value)))
+        raise ArgumentError(
+            f"{fn_name}: argument '{name}' is an integer of {digits} digits, too large for float64"
+        )
+
+
+_FLOAT64_MAX = int(np.finfo(np.float64).max)
+
+
+def out_problem(out: Any, dtype: np.dtype, shape: tuple) -> str | None:
+    """What keeps ``out`` from being a result buffer of ``dtype`` and ``shape`` (None: nothing)."""
+    if not isinstance(out, np.ndarray):
+        return f"it is a {type(out).__name__}, not a NumPy array"
+    if out.dtype != dtype:
+        return f"its dtype is {out.dtype}, not {dtype}"
+    if out.shape != shape:
+        return f"its shape is {out.shape}, not {shape}"
+    if not out.flags.c_contiguous:
+        return "it is not C-contiguous"
+    if not out.flags.aligned:
+        return f"it is not aligned to {dtype.itemsize} bytes"
+    if not out.flags.writeable:
+        return "it is read-only"
+    return None
 
 
 def type_error(fn_name: str, name: str, expected: str, value: Any) -> ArgumentError:

@@ -16,12 +16,15 @@ import numpy as np
 from symgrad import abi, backends
 from symgrad.build.package import Package
 from symgrad.compiled.arguments import (
+    as_array,
     batch_shape,
     broadcast_batches,
     check_arity,
     check_dtype,
     check_number,
+    check_number_range,
     is_number,
+    out_problem,
     split_cotangents,
     sum_to_shape,
     uniform_value,
@@ -29,6 +32,7 @@ from symgrad.compiled.arguments import (
 from symgrad.errors import ArgumentError
 
 _F64, _F32 = abi.FLOAT_DTYPES
+_INT_MAX = int(np.finfo(np.float64).max)
 
 
 #: (Tensor type, apply) once the tape runtime registered itself (``register_tensor_hook``): before that no
@@ -63,7 +67,10 @@ def _same_shape_floats(values: Sequence) -> tuple[Sequence, np.dtype, tuple] | N
         if t is np.ndarray:
             if v.dtype is not dtype or v.shape != shape:
                 return None
-        elif t is not float and t is not int:
+        elif t is int:
+            if not -_INT_MAX <= v <= _INT_MAX:  # beyond float64 (10**400): the checking path says so
+                return None
+        elif t is not float:
             return None
     return values, dtype, shape
 
@@ -163,9 +170,10 @@ class CompiledFunction:
                 continue
             if is_number(value):
                 check_number(self.name, name, shape)
+                check_number_range(self.name, name, value)
                 arr, batch = value, ()
             else:
-                arr = value if isinstance(value, np.ndarray) else np.asarray(value)
+                arr = as_array(self.name, name, value)
                 check_dtype(self.name, name, arr.dtype)
                 dtypes.append(arr.dtype)
                 batch = batch_shape(self.name, name, arr.shape, shape)
@@ -198,18 +206,11 @@ class CompiledFunction:
             )
         for k, (o, shape) in enumerate(zip(outs, shapes)):
             full = batch + shape
-            if not (
-                isinstance(o, np.ndarray)
-                and o.dtype == dtype
-                and o.shape == full
-                and o.flags.c_contiguous
-                and o.flags.aligned
-                and o.flags.writeable
-            ):
-                got = f"{o.dtype} array of shape {o.shape}" if isinstance(o, np.ndarray) else type(o).__name__
+            problem = out_problem(o, dtype, full)
+            if problem is not None:
                 raise ArgumentError(
                     f"{self.name}: out[{k}] must be a writeable C-contiguous {dtype} array of "
-                    f"shape {full}; got {got}"
+                    f"shape {full}; {problem}"
                 )
             others = [a for a in inputs if isinstance(a, np.ndarray)] + list(outs[:k])
             if any(np.may_share_memory(o, a) for a in others):

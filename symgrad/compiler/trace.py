@@ -144,6 +144,15 @@ def _check_size(expr: sympy.Expr, fname: str, limit: int) -> None:
             )
 
 
+def _size_limit() -> int:
+    """``SYMGRAD_MAX_OPS``: the most nodes a traced expression may have (default 200000)."""
+    text = os.environ.get("SYMGRAD_MAX_OPS", "200000")
+    try:
+        return int(text)
+    except ValueError:
+        raise ModelError(f"SYMGRAD_MAX_OPS must be a whole number of nodes, got {text!r}") from None
+
+
 class ForwardFunction:
     """A forward function written with SymPy and its declarations; ``trace`` turns it into a ``Spec``."""
 
@@ -198,7 +207,7 @@ class ForwardFunction:
             _as_output(v, self.name, f" (output {k})" if returns_tuple else "") for k, v in enumerate(items)
         )
         allowed = {s for a in args for s in a.symbols}
-        limit = int(os.environ.get("SYMGRAD_MAX_OPS", "200000"))
+        limit = _size_limit()
         for out in outputs:
             for e in out.exprs:
                 # size first: it stops after `limit` nodes, while free_symbols walks the whole tree, which is

@@ -53,9 +53,24 @@ def call(name: str, *args: Any) -> Any:
     except ArgumentError:
         arrays = [getattr(a, "data", a) for a in args]
         kinds = [a.dtype.kind for a in arrays if isinstance(a, np.ndarray)]
-        if name in _INTEGER_UFUNCS and kinds and all(k in "biu" for k in kinds):
-            return Tensor(_INTEGER_UFUNCS[name](*arrays))
-        raise
+        if not kinds or not any(k in "biu" for k in kinds):
+            raise
+        floats = [a.dtype for a in arrays if isinstance(a, np.ndarray) and a.dtype.kind == "f"]
+        if not floats and not any(type(a) is float for a in arrays):
+            if name in _INTEGER_UFUNCS:
+                return Tensor(_INTEGER_UFUNCS[name](*arrays))
+            raise
+        # PyTorch's promotion: integer and bool tensors take the float tensors' dtype (float32 beside a
+        # Python float only); an integer tensor never requires grad, so it joins as a constant
+        dtype = np.result_type(*floats) if floats else np.dtype(np.float32)
+        return apply_compiled(fn, tuple(_as_float(a, dtype) for a in args))
+
+
+def _as_float(a: Any, dtype: np.dtype) -> Any:
+    data = getattr(a, "data", None)
+    if isinstance(data, np.ndarray) and data.dtype.kind in "biu":
+        return data.astype(dtype)
+    return a
 
 
 from symgrad.runtime.tensor import Tensor  # noqa: E402
