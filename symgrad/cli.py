@@ -23,6 +23,14 @@ from symgrad.errors import ModelError, SymgradError
 FORMATS = ("formula", "numpy", "c", "yaml", "ir")
 
 
+def _say(text: str, end: str = "\n", file=None) -> None:
+    """Print text that holds user text (function and file names, docstrings): a terminal gets no control
+    character or escape sequence from it (``symgrad.compiler.display.printable``)."""
+    from symgrad.compiler.display import printable
+
+    print(printable(text), end=end, file=file, flush=file is sys.stderr)
+
+
 @contextmanager
 def _time_limit(seconds: float | None, what: str) -> Iterator[None]:
     if not seconds:
@@ -47,13 +55,13 @@ def cmd_compile(args: argparse.Namespace) -> int:
     start = time.perf_counter()
 
     def progress(i: int, total: int, name: str) -> None:
-        print(f"[{i + 1}/{total}] {name}", file=sys.stderr, flush=True)
+        _say(f"[{i + 1}/{total}] {name}", file=sys.stderr)
 
     with _time_limit(args.timeout, args.model):
         result = compile_model(args.model, args.output, force=args.force, progress=progress)
     elapsed = time.perf_counter() - start
     if not result.rebuilt:
-        print(f"{result.path}: up to date")
+        _say(f"{result.path}: up to date")
         return 0
     for k in result.kernels:
         ops = dict(k.op_counts)
@@ -61,7 +69,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
             f"  {k.name:<24} forward {ops['forward']:>5} ops   vjp {ops['vjp']:>5} ops   "
             f"fused {ops['value_and_vjp']:>5} ops"
         )
-    print(f"wrote {result.path} ({len(result.kernels)} functions, {elapsed:.2f} s)")
+    _say(f"wrote {result.path} ({len(result.kernels)} functions, {elapsed:.2f} s)")
     return 0
 
 
@@ -92,19 +100,19 @@ def cmd_show(args: argparse.Namespace) -> int:
 
         for fn in load_model(Path(args.model)):
             if args.function in (None, fn.name):
-                print(compile_spec(fn.trace()), end="\n\n")
+                _say(str(compile_spec(fn.trace())), end="\n\n")
         return 0
     for fn in functions:
         if args.format == "formula":
-            print(f"# {fn.name}  [{fn.origin}]")
+            _say(f"# {fn.name}  [{fn.origin}]")
             for out, text in fn.formulas.items():
-                print(f"{out} = {text}")
+                _say(f"{out} = {text}")
             for arg, text in fn.derivatives.items():
-                print(f"vjp {arg}: {text or '(see the generated program below)'}")
+                _say(f"vjp {arg}: {text or '(see the generated program below)'}")
             print(f"ops: {fn.op_counts}\n")
-            print(fn.source("numpy"), end="\n\n")
+            _say(fn.source("numpy"), end="\n\n")
         else:
-            print(fn.source(args.format), end="\n\n" if args.format != "yaml" else "\n")
+            _say(fn.source(args.format), end="\n\n" if args.format != "yaml" else "\n")
     return 0
 
 
@@ -137,11 +145,11 @@ def cmd_check(args: argparse.Namespace) -> int:
         what = "hand-written vjp" if against else "finite differences"
         if mismatches:
             failed += 1
-            print(f"FAIL {fn.name}: {len(mismatches)} mismatches against {what}")
+            _say(f"FAIL {fn.name}: {len(mismatches)} mismatches against {what}")
             for m in mismatches[:5]:
-                print(f"  {m}")
+                _say(f"  {m}")
         else:
-            print(f"ok   {fn.name}: every gradient matches {what}")
+            _say(f"ok   {fn.name}: every gradient matches {what}")
     return 1 if failed else 0
 
 
@@ -215,7 +223,7 @@ def main(argv: list[str] | None = None) -> int:
     except (SymgradError, OSError) as exc:
         if debug(1):
             traceback.print_exc()
-        print(f"symgrad: error: {exc}", file=sys.stderr)
+        _say(f"symgrad: error: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("symgrad: interrupted", file=sys.stderr)

@@ -73,3 +73,26 @@ def test_nan_propagates_through_max_and_relu(backend, dtype):
     assert np.isnan(relu(np.array([np.nan], dtype=dtype))[0])
     assert np.isnan(maximum(np.array([np.nan], dtype=dtype), np.array([1.0], dtype=dtype))[0])
     assert np.isnan(maximum(np.array([1.0], dtype=dtype), np.array([np.nan], dtype=dtype))[0])
+
+
+@sg.function
+def max4(a, b, c, d):
+    return sg.Max(a, b, c, d)
+
+
+@sg.function
+def min3(a, b):
+    return sg.Min(a, b, 1)
+
+
+def test_ties_among_many_inputs_split_evenly(backend, dtype):
+    """Max of four tied inputs split the gradient 1/8, 1/8, 1/4, 1/2 (nested pairs, order-dependent); now
+    1/j for each of the j tied inputs, as torch.amax (a constant counts as one of them)."""
+    one = [1.0, 1.0, 2.0]
+    a, b, c, d = [1.0, 1.0, 0.0], [1.0, 3.0, 0.0], [1.0, 1.0, 2.0], [1.0, 0.0, 2.0]
+    ga, gb, gc, gd = grads(max4, a, b, c, d, dtype=dtype)
+    np.testing.assert_array_equal(
+        np.stack([ga, gb, gc, gd]), [[0.25, 0, 0], [0.25, 1, 0], [0.25, 0, 0.5], [0.25, 0, 0.5]]
+    )
+    ga, gb = grads(min3, one, [1.0, 0.5, 1.0], dtype=dtype)
+    np.testing.assert_allclose(np.stack([ga, gb]), [[1 / 3, 0, 0], [1 / 3, 1, 0.5]], rtol=1e-6)

@@ -1068,6 +1068,8 @@ MP_FUNCTIONS = {
     "xlogy": lambda x, y: mp.mpf(0) if x == 0 else x * mp.log(y),
     "maximum": max,
     "minimum": min,
+    "amax": max,
+    "amin": min,
     "log1p": mp.log1p,
     "expm1": mp.expm1,
 }

@@ -14,7 +14,19 @@ from sympy.codegen.cfunctions import expm1, log1p
 
 from symgrad.compiler.piecewise import piecewise
 
-__all__ = ["sigmoid", "softplus", "logsigmoid", "logaddexp", "xlogy", "maximum", "minimum", "log1p", "expm1"]
+__all__ = [
+    "sigmoid",
+    "softplus",
+    "logsigmoid",
+    "logaddexp",
+    "xlogy",
+    "maximum",
+    "minimum",
+    "amax",
+    "amin",
+    "log1p",
+    "expm1",
+]
 
 
 class _Primitive(sympy.Function):
@@ -192,15 +204,66 @@ class minimum(_Primitive):
         return sympy.Min(*self.args)
 
 
-PRIMITIVES = (sigmoid, softplus, logsigmoid, logaddexp, xlogy, maximum, minimum, log1p, expm1)
+def _tie_share(args: tuple, i: int, loses) -> sympy.Expr:
+    """Derivative of an n-ary max/min in its argument ``i``: 0 where another argument beats it
+    (``loses(a, b)``: ``a`` is beaten by ``b``), else 1/k for the k arguments equal to it (an even split of
+    a tie, as ``torch.amax``; 1 where it wins alone)."""
+    a = args[i]
+    others = [b for j, b in enumerate(args) if j != i]
+    ties = sympy.Add(*[piecewise((S.One, Eq(a, b)), (S.Zero, True)) for b in others])
+    return piecewise((S.Zero, sympy.Or(*[loses(a, b) for b in others])), (1 / (1 + ties), True))
+
+
+class amax(_Primitive):
+    """The largest of three or more arguments, NaN-propagating; a tie among k of them gives each 1/k of the
+    gradient (``torch.amax``). ``Max`` of three or more is rewritten to it; emitted as nested ``maximum``."""
+
+    def fdiff(self, argindex=1):
+        return _tie_share(self.args, argindex - 1, lambda a, b: a < b)
+
+    def _elementary(self):
+        return sympy.Max(*self.args)
+
+    def nested(self) -> sympy.Expr:
+        """The value as nested binary ``maximum`` (what the emitters print)."""
+        result = self.args[0]
+        for arg in self.args[1:]:
+            result = maximum(result, arg)
+        return result
+
+
+class amin(_Primitive):
+    """The smallest of three or more arguments; ties split as in ``amax``. ``Min`` of three or more is
+    rewritten to it; emitted as nested ``minimum``."""
+
+    def fdiff(self, argindex=1):
+        return _tie_share(self.args, argindex - 1, lambda a, b: a > b)
+
+    def _elementary(self):
+        return sympy.Min(*self.args)
+
+    def nested(self) -> sympy.Expr:
+        """The value as nested binary ``minimum`` (what the emitters print)."""
+        result = self.args[0]
+        for arg in self.args[1:]:
+            result = minimum(result, arg)
+        return result
+
+
+PRIMITIVES = (sigmoid, softplus, logsigmoid, logaddexp, xlogy, maximum, minimum, amax, amin, log1p, expm1)
+#: n-ary primitives that differentiate as one function and are emitted as nested binary ones
+NESTED = (amax, amin)
 #: The primitives written out in their stable forms before the joint CSE (see ``expand_shared_cores``).
 SHARED_CORE = (sigmoid, softplus, logsigmoid, logaddexp)
 
 
 def expand_shared_cores(expr: sympy.Expr) -> sympy.Expr:
-    """``expr`` with every sigmoid, softplus, logsigmoid and logaddexp in its stable elementary form over
-    exp(-|u|). Applied after differentiation: softplus' value and gradient (sigmoid), or sigmoid's value and
-    gradient (sigmoid(x)*sigmoid(-x)), then share one exp instead of computing it two or three times."""
+    """``expr`` with every n-ary max/min nested into binary ones, and every sigmoid, softplus, logsigmoid and
+    logaddexp in its stable elementary form over exp(-|u|). Applied after differentiation: softplus' value
+    and gradient (sigmoid), or sigmoid's value and gradient (sigmoid(x)*sigmoid(-x)), then share one exp
+    instead of computing it two or three times."""
+    if expr.has(*NESTED):
+        expr = expr.replace(lambda e: isinstance(e, NESTED), lambda e: e.nested())
     if not expr.has(*SHARED_CORE):
         return expr
     return expr.replace(lambda e: isinstance(e, SHARED_CORE), lambda e: e._stable())

@@ -21,6 +21,8 @@ from sympy.logic.boolalg import Boolean
 
 from symgrad.compiler.piecewise import operands, piecewise
 from symgrad.compiler.primitives import (
+    amax,
+    amin,
     expm1,
     log1p,
     logaddexp,
@@ -35,13 +37,11 @@ Rule = Callable[[sympy.Expr], "sympy.Expr | None"]
 
 
 def rewrite_max_min(e: sympy.Expr) -> sympy.Expr | None:
-    """Max/Min of any arity -> nested binary ``maximum``/``minimum`` (kink conventions in their fdiff)."""
-    for sympy_class, binary in ((Max, maximum), (Min, minimum)):
+    """Max/Min of two arguments -> ``maximum``/``minimum``, of more -> ``amax``/``amin`` (kink and tie
+    conventions in their fdiff)."""
+    for sympy_class, binary, nary in ((Max, maximum, amax), (Min, minimum, amin)):
         if isinstance(e, sympy_class):
-            result = e.args[0]
-            for arg in e.args[1:]:
-                result = binary(result, arg)
-            return result
+            return binary(*e.args) if len(e.args) == 2 else nary(*e.args)
     return None
 
 

@@ -10,9 +10,17 @@ table below replaces each with PyTorch's convention (torch 2.13's gradients):
 | ``Derivative(frac(u))``, ``Derivative(Mod(u, c))`` | ``du``         | frac' = 1, fmod' = 1    |
 | ``re(u)`` / ``im(u)`` (``diff(Abs(u))`` when SymPy cannot prove ``u`` real) | ``u`` / 0 | values are real |
 
-Kinks handled before ``diff`` (see ``symgrad.compiler.primitives``): relu'(0) = 0, abs'(0) = 0
-(``sign(0) = 0``), relu6'(0) = relu6'(6) = 0, ``sg.clamp`` boundaries 1, ``Max``/``Min`` of two inputs
-split a tie 1/2 : 1/2, ``where(x > 0, ...)`` follows the user's inequality.
+Kinks and ties, handled before ``diff`` (see ``symgrad.compiler.primitives``), the one table of them:
+
+| construct                               | at the kink or tie                        | torch analogue |
+|-----------------------------------------|-------------------------------------------|----------------|
+| ``relu(x)``, ``Max(x, c)`` (c constant) | 0 at x == c                               | relu'(0) = 0   |
+| ``relu6``: ``Min(Max(x, 0), 6)``        | 0 at 0 and at 6                           | relu6          |
+| ``Abs(x)``                              | 0 at 0 (``sign(0) = 0``)                  | abs'(0) = 0    |
+| ``sg.clamp(x, lo, hi)``                 | 1 at lo and at hi                         | clamp          |
+| ``Max``/``Min`` of two inputs           | 1/2 : 1/2 at a tie                        | maximum        |
+| ``Max``/``Min`` of three or more inputs | 1/j to each of the j tied (constants too) | amax, amin     |
+| ``where(x > 0, ...)``                   | follows the user's inequality             |                |
 """
 
 from __future__ import annotations
