@@ -122,3 +122,36 @@ def test_second_order_through_matmul_agrees_with_torch():
         (hv,) = (torch.autograd.grad if m is torch else sg.grad)((g * m.tensor(v)).sum(), x)
         results.append(hv.detach().numpy() if m is torch else hv.data)
     np.testing.assert_allclose(results[0], results[1], rtol=1e-12)
+
+
+@pytest.mark.parametrize("dim", [0, 1, -1])
+@pytest.mark.parametrize("keepdim", [False, True])
+def test_max_min_along_a_dim_return_values_and_indices(dim, keepdim):
+    """``values, indices = t.max(dim=1)`` unpacked the two row maxima of a 2-row batch; now (values, indices)
+    as in PyTorch, the gradient going to the index returned."""
+    a = np.array([[1.0, 3.0, 3.0], [5.0, 2.0, 5.0]])
+    for op in ("max", "min"):
+        x, t = sg.tensor(a, requires_grad=True), torch.tensor(a, requires_grad=True)
+        values, indices = getattr(x, op)(dim=dim, keepdim=keepdim)
+        t_values, t_indices = getattr(t, op)(dim=dim, keepdim=keepdim)
+        np.testing.assert_array_equal(values.data, t_values.detach().numpy())
+        np.testing.assert_array_equal(indices.data, t_indices.numpy())
+        assert indices.data.dtype == np.int64 and getattr(x, op)(dim).values is not None
+        weights = np.arange(1.0, 1 + values.data.size).reshape(values.data.shape)
+        (values * sg.tensor(weights)).sum().backward()
+        (t_values * torch.tensor(weights)).sum().backward()
+        np.testing.assert_array_equal(x.grad.data, t.grad.numpy())
+
+
+def test_argmax_argmin_amax_and_elementwise_max_as_in_pytorch():
+    a = np.array([[1.0, 3.0, 3.0], [5.0, 2.0, 5.0]])
+    x, t = sg.tensor(a), torch.tensor(a)
+    assert x.argmax().data == t.argmax().item() and x.argmin().data == t.argmin().item()
+    np.testing.assert_array_equal(x.argmax(1).data, t.argmax(1).numpy())
+    np.testing.assert_array_equal(x.argmin(dim=0, keepdim=True).data, t.argmin(dim=0, keepdim=True).numpy())
+    other = np.full((2, 3), 4.0)
+    np.testing.assert_array_equal(x.max(sg.tensor(other)).data, t.max(torch.tensor(other)).numpy())
+    x, t = sg.tensor(a, requires_grad=True), torch.tensor(a, requires_grad=True)
+    x.amax(1).sum().backward()
+    t.amax(1).sum().backward()
+    np.testing.assert_array_equal(x.grad.data, t.grad.numpy())

@@ -7,7 +7,7 @@ Tensors under ``create_graph=True``, where they record and can be differentiated
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -156,6 +156,78 @@ def reduce_extreme(x: Any, axis: Any, keepdims: bool, np_fn: Any) -> Any:
         (x.data.shape, axis, keepdims),
         "AmaxBackward" if np_fn is np.max else "AminBackward",
     )
+
+
+def one_axis(dim: int, ndim: int) -> int:
+    """``dim`` as a non-negative axis, with PyTorch's error when it is out of range."""
+    if not -max(ndim, 1) <= dim < max(ndim, 1):
+        raise IndexError(
+            f"Dimension out of range (expected to be in range of [{-max(ndim, 1)}, {max(ndim, 1) - 1}], "
+            f"but got {dim})"
+        )
+    return dim % max(ndim, 1)
+
+
+def argextreme(data: np.ndarray, dim: int | None, keepdim: bool, np_arg: Any) -> Tensor:
+    """The int64 index of the first extreme (``np_arg``) over all of ``data`` or along ``dim``."""
+    if dim is None:
+        index = np.asarray(np_arg(data), dtype=np.int64)
+        return Tensor(index.reshape((1,) * data.ndim) if keepdim else index)
+    return Tensor(np_arg(data, axis=dim, keepdims=keepdim).astype(np.int64))
+
+
+class ValuesIndices(NamedTuple):
+    """What ``max``/``min`` along a dimension return (``torch.return_types.max``)."""
+
+    values: Any
+    indices: Any
+
+
+def extreme_along(x: Any, dim: int, keepdim: bool, np_arg: Any) -> ValuesIndices:
+    """``(values, indices)`` of the max (``np_arg=np.argmax``) or min along ``dim``, the first index of a
+    tie; the gradient goes to that index only, as in PyTorch."""
+    idx = np_arg(x.data, axis=dim, keepdims=True)
+    kept = np.take_along_axis(x.data, idx, axis=dim)
+    squeeze = (lambda a: a) if keepdim else (lambda a: np.squeeze(a, axis=dim))
+    indices = Tensor(squeeze(idx).astype(np.int64))
+    if _tracked(x) is None:
+        return ValuesIndices(_result(squeeze(kept)), indices)
+    name = "MaxBackward0" if np_arg is np.argmax else "MinBackward0"
+    out = _record(squeeze(kept), _along_backward, (x,), None, (x.data.shape, dim, keepdim, idx), name)
+    return ValuesIndices(out, indices)
+
+
+def _along_backward(node: Node, grads: list, graph: bool) -> tuple:
+    shape, dim, keepdim, idx = node.ctx
+    g = grads[0] if keepdim else reshape(grads[0], _kept_shape(shape, dim))
+    return (index_put(g, shape, dim, idx),)
+
+
+def index_put(g: Any, shape: tuple, dim: int, idx: np.ndarray) -> Any:
+    """Zeros of ``shape`` with ``g`` placed at ``idx`` along ``dim`` (differentiable in ``g``)."""
+    data = np.zeros(shape, dtype=_data(g).dtype)
+    np.put_along_axis(data, idx, _data(g), axis=dim)
+    if not isinstance(g, Tensor) or _tracked(g) is None:
+        return data if not isinstance(g, Tensor) else _result(data)
+    return _record(data, _index_put_backward, (g,), None, (dim, idx), "ScatterBackward0")
+
+
+def _index_put_backward(node: Node, grads: list, graph: bool) -> tuple:
+    dim, idx = node.ctx
+    return (take_along(grads[0], dim, idx),)
+
+
+def take_along(g: Any, dim: int, idx: np.ndarray) -> Any:
+    """``g`` at ``idx`` along ``dim`` (differentiable)."""
+    data = np.take_along_axis(_data(g), idx, axis=dim)
+    if not isinstance(g, Tensor) or _tracked(g) is None:
+        return data if not isinstance(g, Tensor) else _result(data)
+    return _record(data, _take_along_backward, (g,), None, (_data(g).shape, dim, idx), "GatherBackward0")
+
+
+def _take_along_backward(node: Node, grads: list, graph: bool) -> tuple:
+    shape, dim, idx = node.ctx
+    return (index_put(grads[0], shape, dim, idx),)
 
 
 def _extreme_backward(node: Node, grads: list, graph: bool) -> tuple:

@@ -270,16 +270,38 @@ class Tensor:
     ) -> Tensor:
         return _so.reduce_mean(self, axis if dim is None else dim, keepdims or keepdim)
 
-    def max(
-        self, axis: Any = None, keepdims: bool = False, *, dim: Any = None, keepdim: bool = False
-    ) -> Tensor:
-        """Largest value (NumPy's ``max``: values only); ties share the gradient equally."""
-        return _so.reduce_extreme(self, axis if dim is None else dim, keepdims or keepdim, np.max)
+    def max(self, dim: Any = None, keepdim: bool = False, *, axis: Any = None, keepdims: bool = False) -> Any:
+        """As in PyTorch: ``max()`` the largest value (ties share the gradient equally); ``max(dim)`` the
+        ``(values, indices)`` along ``dim`` (the gradient goes to the index returned); ``max(other)`` the
+        elementwise maximum. NumPy's ``max(axis=..., keepdims=...)`` gives the values only."""
+        return self._extreme(dim, keepdim, axis, keepdims, np.max, np.argmax, "maximum")
 
-    def min(
-        self, axis: Any = None, keepdims: bool = False, *, dim: Any = None, keepdim: bool = False
-    ) -> Tensor:
-        return _so.reduce_extreme(self, axis if dim is None else dim, keepdims or keepdim, np.min)
+    def min(self, dim: Any = None, keepdim: bool = False, *, axis: Any = None, keepdims: bool = False) -> Any:
+        """As ``max``, for the smallest value."""
+        return self._extreme(dim, keepdim, axis, keepdims, np.min, np.argmin, "minimum")
+
+    def _extreme(self, dim, keepdim, axis, keepdims, np_fn, np_arg, elementwise) -> Any:
+        if isinstance(dim, Tensor):
+            return getattr(self, elementwise)(dim)
+        if dim is not None:
+            return _so.extreme_along(self, _so.one_axis(dim, self.data.ndim), keepdim, np_arg)
+        return _so.reduce_extreme(self, axis, keepdims, np_fn)
+
+    def amax(self, dim: Any = None, keepdim: bool = False) -> Tensor:
+        """Largest values over ``dim`` (all by default); ties share the gradient equally."""
+        return _so.reduce_extreme(self, dim, keepdim, np.max)
+
+    def amin(self, dim: Any = None, keepdim: bool = False) -> Tensor:
+        """Smallest values over ``dim`` (all by default); ties share the gradient equally."""
+        return _so.reduce_extreme(self, dim, keepdim, np.min)
+
+    def argmax(self, dim: int | None = None, keepdim: bool = False) -> Tensor:
+        """Index of the (first) largest value, over the flattened tensor or along ``dim`` (int64)."""
+        return _so.argextreme(self.data, dim, keepdim, np.argmax)
+
+    def argmin(self, dim: int | None = None, keepdim: bool = False) -> Tensor:
+        """Index of the (first) smallest value, as ``argmax``."""
+        return _so.argextreme(self.data, dim, keepdim, np.argmin)
 
     def reshape(self, *shape: Any) -> Tensor:
         return _so.reshape(self, shape[0] if len(shape) == 1 and not isinstance(shape[0], int) else shape)
