@@ -15,6 +15,13 @@ sleep instead of spinning. A spinning thread holds a core that others need: on a
 the next parallel loop and slows the NumPy code that runs between kernel calls, and even a short spin
 starves OpenBLAS's matmul threads. The price is waking the threads for each parallel loop, which the
 loops' thresholds account for (measurements: docs/performance.md).
+
+Fork: libgomp's thread pool does not survive ``os.fork`` (the default start method of ``multiprocessing``
+on Linux before Python 3.14): a child's first parallel loop on the thread that forked would wait forever
+for the parent's pool threads, which the child does not have. So a forked child runs its C kernels on one
+thread: ``_after_fork_in_child`` sets one thread for the thread that forked (the child's only one; a
+parallel region of one thread wakes no pool thread), modules the child loads later set it too, and
+``set_num_threads`` sets one there. Threads the child starts itself get pools of their own.
 """
 
 from __future__ import annotations
@@ -30,11 +37,26 @@ from symgrad.backends.c import cffi_build, direct, entries, pool
 from symgrad.errors import BackendUnavailable, PackageError
 
 _loaded: list = []  # cffi modules loaded in this process (for set_num_threads)
+_forked = False  # this process is a forked child: its C kernels run on one thread (see the docstring)
+
+
+def _after_fork_in_child() -> None:
+    global _forked
+    _forked = True
+    for module in _loaded:  # (they share one libgomp, whose setting is per thread: the first suffices)
+        module.lib.sg_set_num_threads(1)
+
+
+if hasattr(os, "register_at_fork"):  # (not on Windows, which has no fork)
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def set_num_threads(k: int) -> None:
     """Threads for the OpenMP loops of every C kernel called from this Python thread (no-op without
-    OpenMP). Loops below their size threshold always run on one thread."""
+    OpenMP, and one thread in a forked child). Loops below their size threshold always run on one
+    thread."""
+    if _forked:
+        k = 1
     for module in _loaded:
         module.lib.sg_set_num_threads(int(k))
         return
@@ -62,6 +84,8 @@ class CKernels:
         )
         if self.module not in _loaded:
             _loaded.append(self.module)
+            if _forked:  # a libgomp that a forked child first uses here may still hold the parent's pool
+                self.module.lib.sg_set_num_threads(1)
         self.ffi, self.lib = self.module.ffi, self.module.lib
         # per program: input shapes (None for a uniform input, passed by value) and output shapes
         self.slots = {
