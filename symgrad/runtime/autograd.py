@@ -78,7 +78,7 @@ class enable_grad(_SetGradMode):  # noqa: N801
 class Node:
     """One recorded operation; ``backward(node, grads, graph)`` returns one gradient (or None) per input."""
 
-    __slots__ = ("backward", "inputs", "saved", "ctx", "name", "outs", "hooks")
+    __slots__ = ("backward", "inputs", "saved", "ctx", "name", "outs", "hooks", "versions")
 
     def __init__(
         self, backward: Callable, inputs: tuple, saved: Any, ctx: Any, name: str, outs: tuple
@@ -90,6 +90,8 @@ class Node:
         self.name = name  # 'MulBackward'
         self.outs = outs  # (shape, dtype) per output
         self.hooks = None  # [(output index, fn, is_retain_grad)]
+        # versions of saved arrays modified in place before (``inplace``); checked before backward uses them
+        self.versions = _inplace.snapshot(saved) if _inplace._VERSIONS else None
 
     def __repr__(self) -> str:
         return f"<{self.name} object at {id(self):#x}>"
@@ -199,6 +201,8 @@ def run_backward(
             saved = node.saved
             if saved is FREED:
                 raise RuntimeError(_SECOND_BACKWARD)
+            if _inplace._VERSIONS:
+                _inplace.check(node)
             in_grads = node.backward(node, grads, graph)
             if not retain_graph and saved is not None:
                 if type(saved) is tuple:
@@ -362,4 +366,5 @@ def grad(
     return tuple(result)
 
 
+from symgrad.runtime import inplace as _inplace  # noqa: E402  (it imports this module's grad mode)
 from symgrad.runtime import tensor as _t  # noqa: E402  (tensor.py imports this module first)

@@ -15,6 +15,7 @@ import numpy as np
 
 from symgrad.runtime import autograd
 from symgrad.runtime.autograd import _Handle
+from symgrad.runtime.inplace import InPlaceOps
 
 _new = object.__new__
 
@@ -48,8 +49,9 @@ def _result(data: Any, node: Any = None, index: int = 0) -> Tensor:
     return t
 
 
-class Tensor:
-    """An n-dimensional array that records the operations applied to it when it requires grad."""
+class Tensor(InPlaceOps):
+    """An n-dimensional array that records the operations applied to it when it requires grad; in-place
+    operations (``add_``, ``+=``, ``zero_``, ``t[i] = v``, ...) follow PyTorch's rules (``inplace``)."""
 
     __slots__ = ("data", "grad", "grad_fn", "_rg", "_oi", "_hooks", "__weakref__")
     __array_ufunc__ = None  # ndarray (op) Tensor defers to Tensor's reflected operator
