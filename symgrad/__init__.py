@@ -26,6 +26,7 @@ from symgrad.errors import CompileError as CompileError  # noqa: E402
 from symgrad.errors import ExpressionTooLarge as ExpressionTooLarge  # noqa: E402
 from symgrad.errors import ModelError as ModelError  # noqa: E402
 from symgrad.errors import PackageError as PackageError  # noqa: E402
+from symgrad.errors import StalePackageWarning as StalePackageWarning  # noqa: E402
 from symgrad.errors import SymgradError as SymgradError  # noqa: E402
 from symgrad.errors import UnsupportedError as UnsupportedError  # noqa: E402
 
@@ -66,6 +67,7 @@ _ERRORS = [
     "CompileError",
     "ExpressionTooLarge",
     "PackageError",
+    "StalePackageWarning",
 ]
 
 

@@ -37,3 +37,7 @@ class BackendUnavailable(SymgradError):
 
 class CompilerUnavailable(BackendUnavailable):
     """No working C compiler (or no Python headers) here: the C backend cannot build anything."""
+
+
+class StalePackageWarning(UserWarning):
+    """A compiled package was loaded whose model (or a local module it imports) changed since it was built."""

@@ -147,3 +147,22 @@ def test_help_says_that_compiling_runs_the_model(tmp_path):
         r = symgrad(command, "--help", cwd=tmp_path)
         assert r.returncode == 0 and "its code runs" in " ".join(r.stdout.split()), command
     assert "that runs its code" in " ".join(symgrad("--help", cwd=tmp_path).stdout.split())
+
+
+def test_importing_a_package_whose_model_changed_warns(model):
+    """After editing model.py, ``import model_symgrad`` ran the old code with no word."""
+    r = symgrad("compile", "model.py", cwd=model)
+    assert r.returncode == 0, r.stderr
+    code = "import numpy as np, model_symgrad as m; print(m.softplus(np.zeros(1)))"
+    env = {
+        "PYTHONPATH": str(ROOT),
+        "PATH": "/usr/bin:/bin",
+        "SYMGRAD_CACHE_DIR": os.environ["SYMGRAD_CACHE_DIR"],
+    }
+    r = subprocess.run([sys.executable, "-c", code], cwd=model, capture_output=True, text=True, env=env)
+    assert r.returncode == 0 and "StalePackageWarning" not in r.stderr, r.stderr
+    (model / "model.py").write_text((model / "model.py").read_text() + "\n# edited\n")
+    r = subprocess.run([sys.executable, "-c", code], cwd=model, capture_output=True, text=True, env=env)
+    assert r.returncode == 0, r.stderr
+    assert "StalePackageWarning: model.py changed since model_symgrad was compiled" in r.stderr
+    assert "rerun `symgrad compile model.py`" in r.stderr

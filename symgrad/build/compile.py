@@ -7,6 +7,7 @@ SymPy and the compiler are imported only when something is actually (re)built.
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 import time
 from collections.abc import Callable
@@ -64,7 +65,7 @@ def compile_model(
         kernels.append(_kernel(fn.trace))
     kernels = _unique_idents(kernels)
     try:
-        write_package(kernels, dest, path.name, src_hash, _digests(path, model.dependencies))
+        write_package(kernels, dest, path.name, src_hash, provenance(path, dest, model.dependencies))
     except OSError as exc:  # keeps errno: a full cache directory makes sg.compile fall back (cache.in_cache)
         raise OSError(
             exc.errno, f"cannot write the compiled package {dest} ({exc.strerror or exc})"
@@ -72,10 +73,19 @@ def compile_model(
     return BuildResult(dest, rebuilt=True, kernels=kernels)
 
 
-def _digests(model: Path, files: tuple[Path, ...]) -> dict[str, str]:
-    """The digest of each file, by its path relative to the model's folder."""
+def provenance(model: Path, dest: Path, files: tuple[Path, ...]) -> dict:
+    """What a package was compiled from, for the manifest: the model file (its path relative to the package
+    and its digest) and the local modules it imported (paths relative to the model's folder, digests)."""
     folder = model.resolve().parent
-    return {f.relative_to(folder).as_posix(): hashlib.sha256(f.read_bytes()).hexdigest() for f in files}
+    return {
+        "model": os.path.relpath(model.resolve(), dest.resolve()),
+        "model_sha256": hashlib.sha256(model.read_bytes()).hexdigest(),
+        "dependencies": {f.relative_to(folder).as_posix(): _digest(f) for f in files},
+    }
+
+
+def _digest(file: Path) -> str:
+    return hashlib.sha256(file.read_bytes()).hexdigest()
 
 
 def _same_dependencies(model: Path, manifest: dict) -> bool:
@@ -83,7 +93,7 @@ def _same_dependencies(model: Path, manifest: dict) -> bool:
     folder = model.resolve().parent
     recorded = manifest.get("dependencies", {})
     try:
-        return all(hashlib.sha256((folder / f).read_bytes()).hexdigest() == d for f, d in recorded.items())
+        return all(_digest(folder / f) == d for f, d in recorded.items())
     except OSError:
         return False
 

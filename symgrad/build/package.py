@@ -38,6 +38,10 @@ __all__ = list(_functions)
 '''
 
 
+def _digest(file: Path) -> str:
+    return hashlib.sha256(file.read_bytes()).hexdigest()
+
+
 @dataclass(frozen=True)
 class Package:
     """A compiled package directory and its manifest."""
@@ -68,6 +72,22 @@ class Package:
         if text is None or digest_text(text) != self.manifest["digests"].get(filename):
             raise PackageError(f"{self.path / filename}: {problem}; rerun `symgrad compile` on its model")
         return text
+
+    def changed_sources(self) -> list[Path]:
+        """The model file and local modules this package was compiled from that changed since (empty when
+        the model is not where it was, as for a package shipped without it)."""
+        manifest = self.manifest
+        if "model" not in manifest:
+            return []
+        model = (self.path / manifest["model"]).resolve()
+        try:
+            changed = [model] if _digest(model) != manifest.get("model_sha256") else []
+            for name, digest in manifest.get("dependencies", {}).items():
+                if _digest(model.parent / name) != digest:
+                    changed.append(model.parent / name)
+        except OSError:
+            return []
+        return changed
 
     def file(self, emitter: str) -> Path:
         """The path of the file ``emitter`` generated, checked as in ``read``."""
@@ -107,14 +127,15 @@ def write_package(
     dest: Path,
     source: str,
     src_hash: str,
-    dependencies: dict[str, str] | None = None,
+    provenance: dict | None = None,
 ) -> None:
     """Emit every registered target for ``kernels`` and publish the package at ``dest`` atomically;
-    ``dependencies``: the digest of each local module the model imported, by path relative to the model."""
+    ``provenance`` goes into the manifest as it is (``build.compile.provenance``: the model file and the
+    local modules it imported, with their digests)."""
     info = emitters.ModelInfo(source=source, symgrad_version=__version__)
     stage = staging_dir(dest.parent, dest.name)
     try:
-        _write_files(kernels, stage, info, source, src_hash, dependencies or {})
+        _write_files(kernels, stage, info, source, src_hash, provenance or {})
         publish_dir(stage, dest)
     except BaseException:  # Ctrl-C included: no half-written staging directory is left behind
         shutil.rmtree(stage, ignore_errors=True)
@@ -127,7 +148,7 @@ def _write_files(
     info: emitters.ModelInfo,
     source: str,
     src_hash: str,
-    dependencies: dict[str, str],
+    provenance: dict,
 ) -> None:
     files: dict[str, str] = {}
     digests: dict[str, str] = {}
@@ -151,7 +172,7 @@ def _write_files(
         "symgrad_version": __version__,
         "source": source,
         "source_hash": src_hash,
-        "dependencies": dependencies,
+        **provenance,
         "package_hash": digest.hexdigest(),
         "files": files,
         "digests": digests,

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 from symgrad.build.compile import compile_model_in_cache
 from symgrad.build.package import Package
 from symgrad.compiled.arguments import sum_to_shape
 from symgrad.compiled.function import CompiledFunction, register_tensor_hook
+from symgrad.errors import StalePackageWarning
 
 
 def load_package(location: str | Path) -> dict[str, CompiledFunction]:
@@ -16,6 +18,15 @@ def load_package(location: str | Path) -> dict[str, CompiledFunction]:
     if path.is_file():
         path = path.parent
     package = Package(path)
+    changed = package.changed_sources()
+    if changed:
+        names = ", ".join(p.name for p in changed)
+        warnings.warn(
+            f"{names} changed since {path.name} was compiled: its functions are the old ones; rerun "
+            f"`symgrad compile {changed[0].name}` (sg.compile recompiles by itself)",
+            StalePackageWarning,
+            stacklevel=2,
+        )
     return {entry["name"]: CompiledFunction(package, entry) for entry in package.manifest["functions"]}
 
 
