@@ -32,8 +32,12 @@ class Mismatch:
         )
 
 
-def sample_inputs(fn: CompiledFunction, n: int, rng: np.random.Generator) -> list[np.ndarray]:
-    return [rng.normal(0.0, 1.5, size=(n, *shape)) for shape in fn.arg_shapes]
+def sample_inputs(fn: CompiledFunction, n: int, rng: np.random.Generator) -> list[np.ndarray | float]:
+    """``n`` rows of each argument; one number for a ``uniform`` one."""
+    return [
+        float(rng.normal(0.0, 1.5)) if k in fn.uniform_at else rng.normal(0.0, 1.5, size=(n, *shape))
+        for k, shape in enumerate(fn.arg_shapes)
+    ]
 
 
 def _scalar_objective(
@@ -60,11 +64,17 @@ def finite_differences(
         if not fn.arg_diff[i]:  # nondiff: no gradient to compare
             grads.append(None)
             continue
+        if i in fn.uniform_at:  # one number for every row: its gradient is the sum over the rows
+            step = h * max(1.0, abs(a))
+            plus, minus = list(args), list(args)
+            plus[i], minus[i] = a + step, a - step
+            grads.append(np.array([[(objective(plus).sum() - objective(minus).sum()) / (2 * step)]]))
+            continue
         flat = a.reshape(a.shape[0], -1)
         g = np.empty_like(flat)
         for j in range(flat.shape[1]):
             step = h * np.maximum(1.0, np.abs(flat[:, j]))
-            plus, minus = [x.copy() for x in args], [x.copy() for x in args]
+            plus, minus = [np.copy(x) for x in args], [np.copy(x) for x in args]
             plus[i].reshape(flat.shape)[:, j] += step
             minus[i].reshape(flat.shape)[:, j] -= step
             g[:, j] = (objective(plus) - objective(minus)) / (2 * step)
@@ -84,7 +94,8 @@ def check_function(
     rng = np.random.default_rng(seed)
     args = sample_inputs(fn, n, rng)
     seeds = [rng.normal(size=(n, *shape)) for shape in fn.out_shapes]
-    analytic = [None if g is None else g.reshape(n, -1) for g in fn.vjp(*args, *seeds)]
+    rows = [1 if k in fn.uniform_at else n for k in range(len(args))]
+    analytic = [None if g is None else np.reshape(g, (r, -1)) for g, r in zip(fn.vjp(*args, *seeds), rows)]
     coarse = finite_differences(fn, args, seeds, 1e-5)
     fine = finite_differences(fn, args, seeds, 2e-6)
     smooth = [
@@ -97,8 +108,8 @@ def check_function(
         result = result if isinstance(result, (tuple, list)) else (result,)
         # a None gradient means zero, as in a PyTorch backward
         hand = [
-            np.broadcast_to(np.asarray(0.0 if r is None else r, dtype=float), a.shape).reshape(n, -1)
-            for r, a in zip(result, args)
+            np.broadcast_to(np.asarray(0.0 if r is None else r, dtype=float), np.shape(a)).reshape(k, -1)
+            for r, a, k in zip(result, args, rows)
         ]
         references = [("hand-written", hand, [np.ones_like(h, dtype=bool) for h in hand])]
     mismatches = []
@@ -108,7 +119,10 @@ def check_function(
                 continue
             bad = ok & ~np.isclose(a, num, rtol=rtol, atol=atol)
             for row, col in zip(*np.nonzero(bad)):
-                point = {nm: np.round(x.reshape(n, -1)[row], 6).tolist() for nm, x in zip(fn.arg_names, args)}
+                point = {
+                    nm: round(x, 6) if np.ndim(x) == 0 else np.round(x.reshape(n, -1)[row], 6).tolist()
+                    for nm, x in zip(fn.arg_names, args)
+                }
                 mismatches.append(
                     Mismatch(
                         fn.name, name, int(col), point, float(a[row, col]), float(num[row, col]), reference

@@ -166,3 +166,22 @@ def test_importing_a_package_whose_model_changed_warns(model):
     assert r.returncode == 0, r.stderr
     assert "StalePackageWarning: model.py changed since model_symgrad was compiled" in r.stderr
     assert "rerun `symgrad compile model.py`" in r.stderr
+
+
+def test_check_handles_uniform_arguments(tmp_path):
+    """``symgrad check`` crashed on any function with a ``uniform=`` argument (it sampled it per row)."""
+    (tmp_path / "uni.py").write_text(
+        "import symgrad as sg\n\n@sg.function(uniform=('rate',))\ndef decay(x, rate):\n"
+        "    return x * sg.exp(-rate * x)\n"
+    )
+    r = symgrad("check", "uni.py", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "ok   decay: every gradient matches finite differences" in r.stdout
+    import numpy as np
+
+    import symgrad as sg
+    from symgrad.check import check_function
+
+    decay = sg.compile(tmp_path / "uni.py").decay
+    wrong = check_function(decay, against=lambda x, rate, g: (g * np.exp(-rate * x) * (1 - rate * x), 0.0))
+    assert [m.argument for m in wrong] == ["rate"]
