@@ -41,9 +41,9 @@ demo: $(STAMP)
 bench: $(STAMP)
 	@for f in bench/bench_*.py; do echo "== $$f"; $(BIN)/python $$f $(BENCH_ARGS) || exit 1; done
 
-## make fuzz: property-based gradient tests with a large example budget
+## make fuzz: property-based gradient tests and hostile names, with a large example budget
 fuzz: $(STAMP)
-	SYMGRAD_FUZZ_EXAMPLES=2000 $(BIN)/python -m pytest tests/test_properties.py
+	SYMGRAD_FUZZ_EXAMPLES=2000 $(BIN)/python -m pytest tests/test_properties.py tests/test_names_fuzz.py
 
 ## make sanitize: the tests that run C kernels (every target, dtype, layout and extreme input), once with
 ## -fsanitize=address,undefined (UBSan reports are fatal); libstdc++ is preloaded after libasan so that

@@ -8,6 +8,7 @@ kernels. ``sg.compile(path)`` compiles a whole model file and returns it as a mo
 from __future__ import annotations
 
 import sys
+import threading
 import types
 from collections.abc import Callable
 from pathlib import Path
@@ -27,6 +28,7 @@ class SymbolicFunction(ForwardFunction):
     def __init__(self, fn: Callable, nondiff: tuple[str, ...] = (), uniform: tuple[str, ...] = ()) -> None:
         super().__init__(fn, nondiff, uniform)
         self._compiled: CompiledFunction | None = None
+        self._compiling = threading.Lock()
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if any(isinstance(a, (sympy.Basic, sympy.MatrixBase)) for a in args):
@@ -34,9 +36,12 @@ class SymbolicFunction(ForwardFunction):
         return self.compiled()(*args, **kwargs)
 
     def compiled(self) -> CompiledFunction:
-        """The compiled form of this one function (built on first use, cached on disk)."""
+        """The compiled form of this one function (built on first use, cached on disk; threads calling it
+        first at once wait for one build)."""
         if self._compiled is None:
-            self._compiled = load_package(compile_traced(self.trace()))[self.name]
+            with self._compiling:
+                if self._compiled is None:
+                    self._compiled = load_package(compile_traced(self.trace()))[self.name]
         return self._compiled
 
     def vjp(self, *args: Any, out: Any = None, needs_input_grad: tuple[bool, ...] | None = None) -> tuple:

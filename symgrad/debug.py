@@ -20,5 +20,19 @@ def debug(level: int) -> bool:
 
 
 def say(text: str) -> None:
-    """One ``symgrad:`` message (or block) on stderr."""
-    print(f"symgrad: {text}", file=sys.stderr, flush=True)
+    """One ``symgrad:`` message (or block) on stderr, user text in it made ``printable``."""
+    print(f"symgrad: {printable(text)}", file=sys.stderr, flush=True)
+
+
+def printable(text: str) -> str:
+    """``text`` safe to write to a terminal: line breaks kept, every other character that Python's ``repr``
+    escapes (C0 and C1 controls such as the ESC that starts an ANSI sequence, ``\\r``, BEL and NUL; bidi
+    overrides and isolates and other format characters; line separators; lone surrogates) written the way
+    ``repr`` writes it (``\\x1b``, ``\\u202e``). Printable text, non-ASCII letters included, is unchanged."""
+    lines = text.split("\n")
+    if all(line.isprintable() for line in lines):
+        return text
+    return "\n".join(
+        line if line.isprintable() else "".join(c if c.isprintable() else repr(c)[1:-1] for c in line)
+        for line in lines
+    )

@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -152,6 +153,8 @@ def compile_traced(spec: Spec) -> Path:
         repr(
             (
                 spec.name,
+                spec.origin,
+                spec.doc,
                 [(a.name, a.shape, a.diff, a.uniform) for a in spec.args],
                 [(o.shape, [sympy.srepr(e) for e in o.exprs]) for o in spec.outputs],
                 spec.returns_tuple,
@@ -162,12 +165,24 @@ def compile_traced(spec: Spec) -> Path:
 
     def build(root: Path) -> Path:
         dest = root / "jit" / f"{path_token(spec.name)}-{key[:16]}"
-        if intact_manifest(dest) is None:
-            kernels[:] = kernels or [_kernel(lambda: spec)]
-            write_package(kernels, dest, spec.origin, key)
+        with _building(dest):
+            if intact_manifest(dest) is None:
+                kernels[:] = kernels or [_kernel(lambda: spec)]
+                write_package(kernels, dest, spec.origin, key)
         return dest
 
     return in_cache(build)
+
+
+_LOCKS: dict[Path, threading.Lock] = {}
+_LOCKS_LOCK = threading.Lock()
+
+
+def _building(dest: Path) -> threading.Lock:
+    """The lock that makes threads of this process build the package at ``dest`` one at a time (the
+    cache's atomic publication already serializes processes)."""
+    with _LOCKS_LOCK:
+        return _LOCKS.setdefault(dest, threading.Lock())
 
 
 def path_token(name: str) -> str:
@@ -178,7 +193,7 @@ def path_token(name: str) -> str:
 
 def model_key(path: Path) -> str:
     """Which cache entry holds the model at ``path`` (its resolved location, hashed)."""
-    return hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:12]
+    return hashlib.sha256(os.fsencode(path.resolve())).hexdigest()[:12]
 
 
 def compile_model_in_cache(path: str | Path, *, force: bool = False) -> Path:
@@ -187,7 +202,8 @@ def compile_model_in_cache(path: str | Path, *, force: bool = False) -> Path:
 
     def build(root: Path) -> Path:
         dest = root / "models" / f"{path_token(path.stem)}-{model_key(path)}"
-        compile_model(path, dest, force=force)
+        with _building(dest):
+            compile_model(path, dest, force=force)
         return dest
 
     return in_cache(build)

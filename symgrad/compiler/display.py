@@ -1,8 +1,7 @@
 """Human-readable formulas: SymPy's str printer with ``where(...)`` for Piecewise, for comments and `show`.
 
 Also the printer mixins the emitters share: ``TermOrder`` (an Add's terms in canonical order) and
-``PiecewiseSelects`` (a Piecewise as nested selects, each printer writing one select its own way), and
-``printable``: user text (function and file names) made safe for a terminal, for ``symgrad show``/``check``.
+``PiecewiseSelects`` (a Piecewise as nested selects, each printer writing one select its own way).
 """
 
 from __future__ import annotations
@@ -56,17 +55,3 @@ def formula(expr: sympy.Basic, limit: int = 0) -> str:
     if limit and len(text) > limit:
         text = text[: limit - 3] + "..."
     return text
-
-
-def printable(text: str) -> str:
-    """``text`` safe to write to a terminal: line breaks kept, every other character that Python's ``repr``
-    escapes (C0 and C1 controls such as the ESC that starts an ANSI sequence, ``\\r``, BEL and NUL; bidi
-    overrides and isolates and other format characters; line separators; lone surrogates) written the way
-    ``repr`` writes it (``\\x1b``, ``\\u202e``). Printable text, non-ASCII letters included, is unchanged."""
-    lines = text.split("\n")
-    if all(line.isprintable() for line in lines):
-        return text
-    return "\n".join(
-        line if line.isprintable() else "".join(c if c.isprintable() else repr(c)[1:-1] for c in line)
-        for line in lines
-    )

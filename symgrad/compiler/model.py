@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import os
 import sys
 import traceback
 from dataclasses import dataclass
@@ -41,7 +42,7 @@ def load_model(path: Path) -> list[ForwardFunction]:
 
 def read_model(path: Path) -> Model:
     """Import ``path`` as a fresh module: its ``@sg.function``s and the local modules it imported."""
-    name = f"_symgrad_model_{hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:12]}"
+    name = f"_symgrad_model_{hashlib.sha256(os.fsencode(path.resolve())).hexdigest()[:12]}"
     spec = importlib.util.spec_from_file_location(name, path)
     if spec is None or spec.loader is None:
         raise ModelError(f"{path}: not a Python file")
