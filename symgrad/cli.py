@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import shutil
 import signal
 import sys
 import time
@@ -17,7 +16,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from symgrad.debug import debug
+from symgrad.debug import debug, printable
 from symgrad.errors import ModelError, SymgradError
 
 FORMATS = ("formula", "numpy", "c", "yaml", "ir")
@@ -25,8 +24,7 @@ FORMATS = ("formula", "numpy", "c", "yaml", "ir")
 
 def _say(text: str, end: str = "\n", file=None) -> None:
     """Print text that holds user text (function and file names, docstrings): a terminal gets no control
-    character or escape sequence from it (``symgrad.compiler.display.printable``)."""
-    from symgrad.compiler.display import printable
+    character or escape sequence from it (``symgrad.debug.printable``)."""
 
     print(printable(text), end=end, file=file, flush=file is sys.stderr)
 
@@ -154,27 +152,23 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 def cmd_cache(args: argparse.Namespace) -> int:
-    from symgrad.build.cache import cache_root
+    from symgrad.build import cache
 
-    root = cache_root()
+    root = cache.cache_root()
+    if args.action == "clear":  # entries move aside atomically (see symgrad.build.cache.clear)
+        print(f"removed {cache.clear()} entries from {root}")
+        return 0
     entries = [
         p
-        for kind in ("models", "jit", "c")
+        for kind in cache.KINDS
         if (root / kind).is_dir()
         for p in sorted((root / kind).iterdir())
         if not p.name.startswith(".")
     ]
-    if args.action == "list":
-        for p in entries:
-            size = (
-                sum(f.stat().st_size for f in p.rglob("*") if f.is_file()) if p.is_dir() else p.stat().st_size
-            )
-            print(f"{p.parent.name:<7} {p.name:<48} {size / 1024:8.1f} KiB")
-        print(f"{len(entries)} entries in {root}")
-    else:
-        for p in entries:
-            shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
-        print(f"removed {len(entries)} entries from {root}")
+    for p in entries:
+        size = sum(f.stat().st_size for f in p.rglob("*") if f.is_file()) if p.is_dir() else p.stat().st_size
+        print(f"{p.parent.name:<7} {p.name:<48} {size / 1024:8.1f} KiB")
+    print(f"{len(entries)} entries in {root}")
     return 0
 
 

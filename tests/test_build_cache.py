@@ -588,3 +588,126 @@ def test_editing_a_module_the_model_imports_rebuilds_the_package(tmp_path):
         "import symgrad as sg\n\n@sg.function\ndef bump(x):\n    return x + 10\n"
     )
     np.testing.assert_allclose(sg.compile(tmp_path / "model.py").f(x), 3 * (x + 10))
+
+
+# -- shared and damaged cache roots, clearing a cache in use -------------------------------------------------
+
+
+@pytest.fixture
+def fresh_root(tmp_path, monkeypatch):
+    """``SYMGRAD_CACHE_DIR`` pointing at tmp_path/cache (not created), with no fallback chosen yet."""
+    from symgrad.build import cache
+
+    root = tmp_path / "cache"
+    monkeypatch.setenv("SYMGRAD_CACHE_DIR", str(root))
+    monkeypatch.delenv("SYMGRAD_CACHE_SHARED", raising=False)
+    monkeypatch.setattr(cache, "_fallback", None)
+    return root
+
+
+@pytest.mark.parametrize("how", ["group-writable", "world-writable", "another user's"])
+def test_cache_root_that_others_can_write_is_refused_unless_shared(fresh_root, monkeypatch, how):
+    """Whoever can write the cache decides what code this process loads: a cache root owned by another user
+    or writable by group/others falls back (one warning, nothing written in it) unless
+    SYMGRAD_CACHE_SHARED=1 says it is meant to be shared."""
+    import warnings
+
+    from symgrad.build import cache
+
+    fresh_root.mkdir()
+    if how == "another user's":
+        if os.geteuid() != 0:
+            pytest.skip("giving a directory to another user needs root")
+        os.chown(fresh_root, 54321, 54321)
+    else:
+        fresh_root.chmod(0o775 if how == "group-writable" else 0o777)
+    with pytest.warns(RuntimeWarning, match="SYMGRAD_CACHE_SHARED") as caught:
+        used = cache_root()
+    assert used != fresh_root and "is not usable" in str(caught[0].message)
+    assert list(fresh_root.iterdir()) == []
+    monkeypatch.setattr(cache, "_fallback", None)
+    monkeypatch.setenv("SYMGRAD_CACHE_SHARED", "1")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert cache_root() == fresh_root
+
+
+def test_cache_root_created_private_is_accepted_later_whatever_the_umask(fresh_root):
+    """The directories symgrad creates in the cache are its user's only, so that a umask of 002 does not
+    make the next process refuse them."""
+    import warnings
+
+    old = os.umask(0o002)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            assert cache_root() == fresh_root
+            assert cache_root() == fresh_root
+    finally:
+        os.umask(old)
+    assert fresh_root.stat().st_mode & 0o077 == 0
+
+
+@pytest.mark.parametrize("kind", ["c", "models", "jit"])
+def test_a_file_in_place_of_a_cache_subdirectory_falls_back(fresh_root, kind):
+    fresh_root.mkdir()
+    (fresh_root / kind).write_text("x")
+    with pytest.warns(RuntimeWarning, match="is not usable"):
+        used = cache_root()
+    assert used != fresh_root and (fresh_root / kind).read_text() == "x"
+
+
+@pytest.mark.parametrize("kind, backend", [("models", "numpy"), ("c", "c")])
+def test_compiling_with_a_file_in_place_of_a_cache_subdirectory_falls_back(tmp_path, kind, backend):
+    model, cache = _model_and_cache(tmp_path)
+    if kind == "c":
+        import shutil
+
+        shutil.rmtree(cache / "c")
+    (cache / kind).write_text("x")
+    result = run_child(model, cache, backend, PYTHONWARNINGS="always")
+    assert result["stderr"].count("is not usable") == 1, result["stderr"]
+
+
+def test_cache_clear_moves_entries_aside_and_removes_probes_and_stale_leftovers(
+    fresh_root, monkeypatch, capsys
+):
+    """`symgrad cache clear` renames each entry into a trash directory before deleting it (a process using
+    the cache sees an entry whole or not at all, never half deleted); it also removes the toolchain
+    probes and staging leftovers older than the stale limit, and keeps young ones (running builds)."""
+    import shutil
+
+    from symgrad.cli import main
+
+    old = time.time() - 7200
+    for kind in ("models", "jit", "c"):
+        (fresh_root / kind / "entry").mkdir(parents=True)
+        (fresh_root / kind / "entry" / "manifest.json").write_text("{}")
+    (fresh_root / "c" / "failed-0123456789abcdef").mkdir()
+    (fresh_root / "c" / ".toolchain-0123.json").write_text("{}")
+    stale = [
+        fresh_root / "c" / ".tmp-build",
+        fresh_root / "models" / ".tmp-pkg-1",
+        fresh_root / "jit" / ".old-f-1",
+    ]
+    for path in stale:
+        path.mkdir()
+        os.utime(path, (old, old))
+    (fresh_root / "c" / ".tmp-probe").write_text("{}")
+    os.utime(fresh_root / "c" / ".tmp-probe", (old, old))
+    young = [fresh_root / "c" / ".tmp-running", fresh_root / "models" / ".tmp-pkg-2"]
+    for path in young:
+        path.mkdir()
+    removed_trees = []
+    rmtree = shutil.rmtree
+
+    def recording_rmtree(path, *args, **kwargs):
+        removed_trees.append(Path(path))
+        return rmtree(path, *args, **kwargs)
+
+    monkeypatch.setattr(shutil, "rmtree", recording_rmtree)
+    assert main(["cache", "clear"]) == 0
+    assert "removed 4 entries" in capsys.readouterr().out
+    left = sorted(p for p in fresh_root.rglob("*") if p.parent != fresh_root)
+    assert left == sorted(young)
+    assert removed_trees and all(p.name.startswith(".trash-") for p in removed_trees), removed_trees

@@ -3,6 +3,7 @@ and the ``run`` contract (materialization, dtype checks, fresh outputs)."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -18,6 +19,7 @@ import pytest
 
 from symgrad import abi
 from symgrad.backends.c import cffi_build as build_c
+from symgrad.backends.c import commands
 from symgrad.build.cache import cache_root
 from symgrad.errors import BackendUnavailable, CompileError, CompilerUnavailable
 
@@ -442,10 +444,10 @@ def test_split_units_keep_kernels_c_line_numbers(tmp_path):
     sections = [f"{abi.SECTION_MARK}f{k} */\nvoid f{k}(void) {{ }}\n" for k in range(4)]
     broken = f"{abi.SECTION_MARK}g */\nvoid g(void) {{ return 1 }}\n"
     text = "#include <stdint.h>\n/* header */\n\n" + "\n".join([*sections, broken])
-    units = build_c.split_units(text, 2)
+    units = commands.split_units(text, 2)
     assert len(units) == 2 and all(u.startswith("#include <stdint.h>\n/* header */") for u in units)
     assert sum(u.count(abi.SECTION_MARK) for u in units) == 5
-    assert build_c.split_units(text, 1) == [text]
+    assert commands.split_units(text, 1) == [text]
     bad_line = text.splitlines().index("void g(void) { return 1 }") + 1
     for k, unit in enumerate(units):
         (tmp_path / f"kernels.{k}.c").write_text(unit)
@@ -468,14 +470,14 @@ def test_a_large_model_builds_as_one_unit_per_core(tmp_path, monkeypatch, cache)
 
     (tmp_path / "split.py").write_text(MODEL.replace("sg.exp(-y**2)", "sg.exp(-y**2 / 3)"))
     package = Package(compile_model(tmp_path / "split.py").path)
-    monkeypatch.setattr(build_c, "UNIT_BYTES", 1)
-    monkeypatch.setattr(build_c.os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(commands, "UNIT_BYTES", 1)
+    monkeypatch.setattr(commands.os, "cpu_count", lambda: 2)
     kernels = CBackend().load(package)
     (entry,) = [
         e for e in entries(cache) if "split.py" in json.loads((e / "build.json").read_text())["label"]
     ]
-    commands = json.loads((entry / "build.json").read_text())["commands"]
-    assert sorted(c[-1] for c in commands if c[-1].startswith("kernels.")) == ["kernels.0.c", "kernels.1.c"]
+    recorded = json.loads((entry / "build.json").read_text())["commands"]
+    assert sorted(c[-1] for c in recorded if c[-1].startswith("kernels.")) == ["kernels.0.c", "kernels.1.c"]
     assert (entry / "kernels.c").exists() and not list(entry.glob("kernels.*.c"))
     x, y = np.linspace(-2, 2, 7), np.linspace(0.5, 1.5, 7)
     (out,) = kernels.program("blend", "forward", np.dtype(np.float64))((x, y), (7,))
@@ -497,3 +499,106 @@ def test_builds_read_sysconfig_once_at_import(cache, monkeypatch):
     x, out = np.arange(3.0), np.empty(3)
     m.lib.twice__forward_f64(3, m.ffi.from_buffer("double[]", x), m.ffi.from_buffer("double[]", out))
     np.testing.assert_allclose(out, 2 * x + 3.25)
+
+
+# -- shared caches, concurrent clears, rebuilt modules -------------------------------------------------------
+
+
+def test_compiler_command_is_never_read_from_the_cache(cache, tmp_path):
+    """A toolchain probe in the cache directory names no command to run: one that does (an older symgrad's,
+    or planted by whoever can write the cache) is ignored, the compiler comes from CC/PATH, and the probe
+    is written again."""
+    marker = tmp_path / "ran"
+    planted = tmp_path / "planted-cc"
+    planted.write_text(f"#!/bin/sh\ntouch {marker}\nexit 1\n")
+    planted.chmod(0o755)
+    probes = list(cache.glob(".toolchain-*.json"))
+    assert probes
+    for probe in probes:
+        data = json.loads(probe.read_text())
+        data["cc"] = [str(planted)]
+        probe.write_text(json.dumps(data))
+    r = run_child(source(13.0))
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "[13.0, 15.0, 17.0, 19.0]"
+    assert not marker.exists()
+    assert all(str(planted) not in p.read_text() for p in cache.glob(".toolchain-*.json"))
+
+
+def _library_that_is_not_the_module(tmp_path: Path) -> bytes:
+    """A shared library that loads (so dlopen keeps a handle of its path) but has no module init."""
+    (tmp_path / "other.c").write_text("int sg_unrelated(void) { return 1; }\n")
+    out = tmp_path / "other.so"
+    r = subprocess.run(
+        [*TOOLCHAIN.cc, "-shared", "-fPIC", "-o", str(out), str(tmp_path / "other.c")],
+        capture_output=True,
+        text=True,
+    )
+    assert r.returncode == 0, r.stderr
+    return out.read_bytes()
+
+
+@pytest.mark.parametrize("damage", ["truncated", "a library that is not the module"])
+def test_entry_rebuilt_in_the_same_process_loads_the_rebuilt_module(cache, tmp_path, damage):
+    """A broken entry is rebuilt and the rebuilt module is what this process imports, even when its broken
+    module was dlopened here first (dlopen returns the handle it holds for a path it has loaded)."""
+    salt = {"truncated": 14.0, "a library that is not the module": 14.5}[damage]
+    src = source(salt)
+    assert run_child(src).returncode == 0  # built by another process
+    (entry,) = entries(cache)
+    (so,) = entry.glob("_sg_*.so")
+    bad = b"\x7fELF truncated" if damage == "truncated" else _library_that_is_not_the_module(tmp_path)
+    so.write_bytes(bad)
+    if damage != "truncated":  # recorded as built: only the import can tell
+        record = json.loads((entry / "build.json").read_text())
+        record["so_sha256"] = hashlib.sha256(bad).hexdigest()
+        (entry / "build.json").write_text(json.dumps(record))
+    m = build_c.load(src, CDEF, label="rebuilt")
+    x, out = np.arange(4.0), np.empty(4)
+    m.lib.twice__forward_f64(4, m.ffi.from_buffer("double[]", x), m.ffi.from_buffer("double[]", out))
+    np.testing.assert_allclose(out, 2 * x + salt)
+    (entry,) = entries(cache)
+    assert all(p.read_bytes() != bad for p in entry.glob("_sg_*.so"))
+
+
+def test_entry_taken_by_cache_clear_between_check_and_load_is_rebuilt(cache):
+    """`symgrad cache clear` run by someone else while this process loads (here: twice, between its check of
+    the entry and its import) costs a rebuild, not an error."""
+    src = source(15.0)
+    assert run_child(src).returncode == 0
+    code = CHILD.replace(
+        "m = build_c.load",
+        textwrap.dedent("""\
+            from symgrad.cli import main
+            _verify = build_c._verify
+            cleared = []
+            def verify(entry, so):
+                if len(cleared) < 2:
+                    cleared.append(main(["cache", "clear"]))
+                return _verify(entry, so)
+            build_c._verify = verify
+            m = build_c.load"""),
+    )
+    r = subprocess.run(
+        [sys.executable, "-c", code, src, CDEF], capture_output=True, text=True, env=child_env(), timeout=300
+    )
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip().splitlines()[-1] == "[15.0, 17.0, 19.0, 21.0]"
+    assert r.stdout.count("removed 1 entries") == 2
+    assert len(entries(cache)) == 1
+
+
+def test_clear_removes_probes_and_stale_staging_leftovers(cache):
+    """``clear`` empties the C cache: entries, failed builds, toolchain probes and staging leftovers older
+    than the stale limit; a young staging directory belongs to a running build and stays."""
+    build_c.load(source(16.0), CDEF)
+    (cache / "failed-0123456789abcdef").mkdir()
+    old = time.time() - 7200
+    for name in (".tmp-old", ".trash-old"):
+        (cache / name).mkdir()
+        os.utime(cache / name, (old, old))
+    (cache / ".tmp-young").mkdir()
+    assert list(cache.glob(".toolchain-*.json"))
+    assert build_c.clear() == 2
+    assert sorted(p.name for p in cache.iterdir()) == [".tmp-young"]
+    assert build_c.list_entries() == []

@@ -3,7 +3,9 @@
 No setuptools: cffi only writes its wrapper (``ffi.emit_c_code``), then we run the compiler ourselves with
 exact flags. The cache entry ``<cache>/c/<key>/`` is built in a private temporary directory and renamed
 into place, so concurrent builds of the same model all succeed and nobody imports half a file; an entry
-that fails to import is deleted and rebuilt. The key covers everything that changes the binary: the C
+that fails to import is deleted and rebuilt (its module under a new file name: dlopen would hand this process
+the library it already loaded from the old path), and one that vanishes while it is loaded (``symgrad
+cache clear`` elsewhere) is built again. The key covers everything that changes the binary: the C
 text, the cdef, the compiler and its version, the flags, the CPU (``-march=native``), the Python ABI and
 the cffi/numpy versions. ``load_extension`` builds a plain CPython extension (the backend's direct call,
 ``symgrad/backends/c/direct.py``) through the same cache.
@@ -17,13 +19,13 @@ This module must not import SymPy: the runtime loads compiled packages with it.
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import hashlib
 import importlib.util
-import io
 import json
 import os
+import re
+import secrets
 import shlex
 import shutil
 import subprocess
@@ -34,7 +36,7 @@ from dataclasses import asdict
 from pathlib import Path
 from types import ModuleType
 
-from symgrad import abi
+from symgrad.backends.c import commands
 from symgrad.backends.c.toolchain import (
     EXT_SUFFIX,
     PYTHON_INCLUDE,
@@ -44,30 +46,19 @@ from symgrad.backends.c.toolchain import (
     run_command,
     toolchain,
 )
-from symgrad.build.cache import cache_root, in_cache
+from symgrad.build import cache
+from symgrad.build.cache import cache_root, in_cache, remove_aside
 from symgrad.debug import debug, say
 from symgrad.errors import CompileError
 
 __all__ = ["load", "load_extension", "list_entries", "clear", "build_key", "module_name", "toolchain"]
 
-#: The build commands and module layout are this file and the toolchain probe: their text is in every key.
+#: The build commands and module layout are these files and the toolchain probe: their text is in every key.
 BUILD_SOURCE_DIGEST = hashlib.sha256(
-    Path(__file__).read_bytes() + Path(__file__).with_name("toolchain.py").read_bytes()
+    b"".join(
+        Path(__file__).with_name(f).read_bytes() for f in ("cffi_build.py", "commands.py", "toolchain.py")
+    )
 ).hexdigest()
-
-#: Appended to every module: thread control for the OpenMP loops (no-ops without OpenMP).
-SUPPORT_SOURCE = """
-#line 1 "<symgrad runtime support>"
-#if defined(_OPENMP)
-#include <omp.h>
-void sg_set_num_threads(int k) { omp_set_num_threads(k); }
-int sg_get_max_threads(void) { return omp_get_max_threads(); }
-#else
-void sg_set_num_threads(int k) { (void)k; }
-int sg_get_max_threads(void) { return 1; }
-#endif
-"""
-SUPPORT_CDEF = "void sg_set_num_threads(int);\nint sg_get_max_threads(void);"
 
 
 def _versions() -> str:
@@ -77,28 +68,15 @@ def _versions() -> str:
     return f"cffi {_cffi_backend.__version__} numpy {numpy.__version__}"
 
 
-def sanitize_flags() -> tuple[str, ...]:
-    """``SYMGRAD_SANITIZE=1``: AddressSanitizer and UBSan (any report aborts) in every module (run with
-    libasan preloaded)."""
-    if os.environ.get("SYMGRAD_SANITIZE", "0") in ("", "0"):
-        return ()
-    return (
-        "-fsanitize=address,undefined",
-        "-fno-sanitize-recover=undefined",
-        "-fno-omit-frame-pointer",
-        "-g",
-    )
-
-
 def build_key(source: str, cdef: str, tc: Toolchain) -> str:
     h = hashlib.sha256()
     for part in (
         BUILD_SOURCE_DIGEST,
         source,
         cdef,
-        SUPPORT_SOURCE,
+        commands.SUPPORT_SOURCE,
         tc.identity(),
-        " ".join(sanitize_flags()),
+        " ".join(commands.sanitize_flags()),
         EXT_SUFFIX,
         PYTHON_INCLUDE,
         _versions(),
@@ -112,8 +90,25 @@ def module_name(key: str) -> str:
     return f"_sg_{key[:16]}"
 
 
-def _so_name(key: str) -> str:
-    return module_name(key) + EXT_SUFFIX
+#: What a module's file name may be (``{}``: the module name).
+_SO_PATTERN = "{}(?:_[0-9a-f]{{8}})?" + re.escape(EXT_SUFFIX)
+
+
+def _so_name(key: str, fresh: bool = False) -> str:
+    """The module's file name; ``fresh``: one no process has loaded yet (``build.json`` records which)."""
+    return module_name(key) + (f"_{secrets.token_hex(4)}" if fresh else "") + EXT_SUFFIX
+
+
+def _recorded_so(entry: Path, key: str) -> Path | None:
+    """The module file that ``entry/build.json`` names, when both exist; None otherwise."""
+    try:
+        name = json.loads((entry / "build.json").read_text()).get("so", _so_name(key))
+    except (OSError, ValueError, AttributeError):
+        return None
+    if not isinstance(name, str) or not re.fullmatch(_SO_PATTERN.format(re.escape(module_name(key))), name):
+        return None
+    so = entry / name
+    return so if so.exists() else None
 
 
 def _import(name: str, path: Path) -> ModuleType:
@@ -129,16 +124,6 @@ def _import(name: str, path: Path) -> ModuleType:
     return module
 
 
-def _remove(path: Path) -> None:
-    """Move ``path`` aside atomically, then delete it (a reader sees it whole or not at all)."""
-    try:
-        trash = Path(tempfile.mkdtemp(dir=path.parent, prefix=".trash-"))
-        os.replace(path, trash / "x")
-        shutil.rmtree(trash, ignore_errors=True)
-    except OSError:
-        shutil.rmtree(path, ignore_errors=True)
-
-
 def load(source: str, cdef: str, label: str = "kernels.c", glue: str = "") -> ModuleType:
     """The cffi module (``.ffi``, ``.lib``) for ``source``, from the cache or freshly built.
 
@@ -147,7 +132,9 @@ def load(source: str, cdef: str, label: str = "kernels.c", glue: str = "") -> Mo
     toolchain) or ``CompileError`` (the compiler rejected the generated code)."""
     tc = toolchain()
     key = build_key(source, cdef + "\n" + glue, tc)
-    return _cached(key, label, tc, lambda tmp: _cffi_steps(tmp, source, cdef, glue, tc, key))
+    return _cached(
+        key, label, tc, lambda tmp, so: commands.cffi_steps(tmp, source, cdef, glue, tc, module_name(key), so)
+    )
 
 
 def load_extension(source: str, label: str) -> ModuleType:
@@ -157,7 +144,9 @@ def load_extension(source: str, label: str) -> ModuleType:
     the build defines those macros and ``SG_MODULE`` (the module name, from the key)."""
     tc = toolchain()
     key = build_key(source, "<CPython extension>", tc)
-    return _cached(key, label, tc, lambda tmp: _extension_steps(tmp, source, tc, key))
+    return _cached(
+        key, label, tc, lambda tmp, so: commands.extension_steps(tmp, source, tc, module_name(key), so)
+    )
 
 
 def _cached(key: str, label: str, tc: Toolchain, prepare) -> ModuleType:
@@ -167,28 +156,49 @@ def _cached(key: str, label: str, tc: Toolchain, prepare) -> ModuleType:
     return in_cache(lambda root: _load_from(root / "c", key, label, tc, prepare))
 
 
+#: How many times one load builds an entry again that vanished before it was imported (``cache clear``).
+_VANISHED_LIMIT = 5
+
+
 def _load_from(cdir: Path, key: str, label: str, tc: Toolchain, prepare) -> ModuleType:
+    """Import the entry ``cdir/key``, building it when missing. A broken entry is rebuilt once (under a fresh
+    module file name when this process tried to import the broken one); an entry removed between this
+    process's check and its import is built again."""
     cdir.mkdir(parents=True, exist_ok=True)
     name = module_name(key)
     entry = cdir / key
-    for attempt in range(2):
-        so = entry / _so_name(key)
-        if not so.exists():
-            if entry.exists():  # an entry without its module (deleted by hand, or a crash)
-                _remove(entry)
-            _build(key, cdir, label, tc, prepare)
+    broken = vanished = 0
+    opened: set[Path] = set()  # modules whose import failed here: dlopen may keep handles of their paths
+    while True:
+        so = _recorded_so(entry, key)
+        if so is None or so in opened:
+            if entry.exists():  # without its module (deleted by hand, a crash), or it failed here
+                remove_aside(entry)
+            so = _build(key, cdir, label, tc, prepare, fresh=bool(opened))
+        importing = False
         try:
             _verify(entry, so)  # dlopen of a truncated .so can crash the process (SIGBUS)
+            importing = True
             return _import(name, so)
         except ImportError as exc:
-            if attempt:
+            if not so.exists():  # removed meanwhile (cache clear): build it again
+                vanished += 1
+                if vanished < _VANISHED_LIMIT:
+                    continue
+                raise CompileError(
+                    f"symgrad: the compiled module for {label} was removed from {cdir} each time it was "
+                    "built; is something clearing the cache in a loop?"
+                ) from None
+            if broken:
                 raise CompileError(
                     f"symgrad: the compiled module for {label} does not import ({exc}); built in {entry}"
                 ) from None
+            broken += 1
+            if importing:
+                opened.add(so)
             if debug(1):
                 say(f"cache entry {entry} is broken ({exc}); rebuilding")
-            _remove(entry)
-    raise AssertionError("unreachable")
+            remove_aside(entry)
 
 
 def _digest(path: Path) -> str:
@@ -206,14 +216,16 @@ def _verify(entry: Path, so: Path) -> None:
         raise ImportError(f"{so} does not match the digest recorded when it was built")
 
 
-def _build(key: str, cdir: Path, label: str, tc: Toolchain, prepare) -> None:
-    """Compile in a private directory, then rename it to ``cdir/key`` (atomic publication).
+def _build(key: str, cdir: Path, label: str, tc: Toolchain, prepare, fresh: bool = False) -> Path:
+    """Compile in a private directory, then rename it to ``cdir/key`` (atomic publication); returns the
+    published module's path (another process's, when it published the same build first).
 
-    ``prepare(tmp)`` writes the sources into ``tmp`` and returns (main source file, compile commands, run
-    in parallel, link command)."""
+    ``prepare(tmp, so)`` writes the sources into ``tmp`` and returns (main source file, compile commands, run
+    in parallel, link command that writes ``so``). ``fresh``: the module gets a file name of its own."""
     tmp = Path(tempfile.mkdtemp(dir=cdir, prefix=".tmp-"))
+    so = _so_name(key, fresh)
     try:
-        _build_in(tmp, key, cdir, label, tc, *prepare(tmp))
+        return _build_in(tmp, key, cdir, label, tc, so, *prepare(tmp, so))
     except CompileError:  # its message points at the kept generated files
         raise
     except BaseException:  # a full disk or Ctrl-C: no half-built directory stays behind
@@ -221,80 +233,9 @@ def _build(key: str, cdir: Path, label: str, tc: Toolchain, prepare) -> None:
         raise
 
 
-#: Generated C past this size (bytes) is compiled as several translation units, one per core at most.
-UNIT_BYTES = 500_000
-
-
-def split_units(source: str, units: int) -> list[str]:
-    """``source`` as up to ``units`` translation units of similar size: its header (what precedes the first
-    line that starts with ``abi.SECTION_MARK``) followed by consecutive sections, each section under a
-    ``#line`` directive so that compiler messages name the lines of ``kernels.c``."""
-    mark = "\n" + abi.SECTION_MARK
-    head, *sections = source.split(mark)
-    if units <= 1 or len(sections) < 2:
-        return [source]
-    line = head.count("\n") + 2  # the line of the first section's mark in kernels.c
-    placed = []
-    for section in sections:
-        placed.append(f'#line {line} "kernels.c"\n{abi.SECTION_MARK}{section}')
-        line += section.count("\n") + 1
-    total, offset = sum(map(len, sections)), 0
-    groups: list[list[str]] = [[] for _ in range(units)]
-    for text, section in zip(placed, sections):  # by each section's offset in kernels.c: similar sizes
-        groups[min(units - 1, offset * units // total)].append(text)
-        offset += len(section)
-    return [head + "\n" + "\n".join(group) for group in groups if group]
-
-
-def _cffi_steps(tmp: Path, source: str, cdef: str, glue: str, tc: Toolchain, key: str) -> tuple:
-    """``kernels.c`` (-O3 and the probed flags; split into units past ``UNIT_BYTES``) and cffi's wrapper (-O1:
-    the cdef's Python glue and ``glue``) compile in parallel, then link."""
-    import cffi
-
-    name = module_name(key)
-    (tmp / "kernels.c").write_text(source)
-    units = split_units(source, min(os.cpu_count() or 1, 1 + len(source) // UNIT_BYTES))
-    files = ["kernels.c"] if len(units) == 1 else [f"kernels.{k}.c" for k in range(len(units))]
-    if len(units) > 1:
-        for file, text in zip(files, units):
-            (tmp / file).write_text(text)
-    ffi = cffi.FFI()
-    ffi.cdef(cdef + "\n" + SUPPORT_CDEF)
-    ffi.set_source(name, "#include <stdint.h>\n" + cdef + "\n" + glue + SUPPORT_SOURCE)
-    wrapper = f"{name}.c"
-    with contextlib.redirect_stdout(io.StringIO()):  # cffi prints "generating ..."
-        ffi.emit_c_code(str(tmp / wrapper))
-    omp = ["-fopenmp"] if tc.openmp else []
-    omp += list(sanitize_flags())
-    objects = [file[:-2] + ".o" for file in files]
-    steps = [[*tc.cc, *tc.flags, *sanitize_flags(), "-c", "-o", o, f] for o, f in zip(objects, files)]
-    include = f"-I{PYTHON_INCLUDE}"
-    steps.append([*tc.cc, "-O1", "-fPIC", *omp, include, "-c", "-o", "wrapper.o", wrapper])
-    link = [*tc.cc, "-shared", *omp, "-o", _so_name(key), *objects, "wrapper.o", *tc.libs]
-    return "kernels.c", steps, link
-
-
-def _extension_steps(tmp: Path, source: str, tc: Toolchain, key: str) -> tuple:
-    """One C file that includes Python.h, compiled with the probed flags (no OpenMP: it has no loops)."""
-    (tmp / "module.c").write_text(source)
-    flags = [f for f in tc.flags if f != "-fopenmp"]
-    step = [
-        *tc.cc,
-        *flags,
-        *sanitize_flags(),
-        f"-DSG_MODULE={module_name(key)}",
-        f"-I{PYTHON_INCLUDE}",
-        "-c",
-        "-o",
-        "module.o",
-        "module.c",
-    ]
-    return "module.c", [step], [*tc.cc, "-shared", *sanitize_flags(), "-o", _so_name(key), "module.o"]
-
-
 def _build_in(
-    tmp: Path, key: str, cdir: Path, label: str, tc: Toolchain, main: str, steps: list, link: list
-) -> None:
+    tmp: Path, key: str, cdir: Path, label: str, tc: Toolchain, so: str, main: str, steps: list, link: list
+) -> Path:
     started = time.perf_counter()
     for cmd in steps:
         debug_command(cmd)
@@ -319,7 +260,8 @@ def _build_in(
             {
                 "key": key,
                 "label": label,
-                "so_sha256": _digest(tmp / _so_name(key)),
+                "so": so,
+                "so_sha256": _digest(tmp / so),
                 "commands": [*steps, link],
                 "seconds": round(time.perf_counter() - started, 3),
                 "toolchain": asdict(tc),
@@ -334,16 +276,20 @@ def _build_in(
     try:
         os.replace(tmp, entry)  # atomic: the entry appears complete
     except OSError:
-        if not (entry / _so_name(key)).exists():
-            raise
-        shutil.rmtree(tmp, ignore_errors=True)  # another process published the same build first
+        published = _recorded_so(entry, key)
+        if published is not None:  # another process published the same build first
+            shutil.rmtree(tmp, ignore_errors=True)
+            return published
+        remove_aside(entry)  # an entry without its module (being deleted in place): replaced
+        os.replace(tmp, entry)
+    return entry / so
 
 
 def _fail(tmp: Path, cdir: Path, key: str, label: str, main: str, cmd: list[str], stderr: str) -> None:
     """Keep the generated files under ``cdir/failed-<key>`` and raise CompileError pointing at them."""
     failed = cdir / f"failed-{key[:16]}"
     if failed.exists():
-        _remove(failed)
+        remove_aside(failed)
     try:
         os.replace(tmp, failed)
     except OSError:
@@ -377,21 +323,10 @@ def list_entries() -> list[tuple[str, Path, int, float]]:
 
 
 def clear(stale_after: float = 3600.0) -> int:
-    """Delete every cache entry, failed build and toolchain probe; returns the number of entries removed.
+    """Delete every C cache entry, failed build and toolchain probe, moved aside atomically first (see
+    ``symgrad.build.cache.clear``); returns the number of entries removed.
 
     Temporary build directories younger than ``stale_after`` seconds belong to running builds: kept."""
-    cdir = cache_root() / "c"
-    if not cdir.is_dir():
-        return 0
-    removed = 0
-    now = time.time()
-    for child in cdir.iterdir():
-        if child.name.startswith((".tmp-", ".trash-")) and now - child.stat().st_mtime < stale_after:
-            continue
-        if child.is_dir():
-            removed += (child / "build.json").exists() or child.name.startswith("failed-")
-            _remove(child)
-        else:
-            child.unlink(missing_ok=True)
+    removed = cache.clear(("c",), stale_after)
     forget_toolchain()
     return removed

@@ -3,7 +3,10 @@ glibc's libmvec work with it?
 
 Each feature is tried with a test compile (and a load, so missing libraries show up); whatever fails is left
 out of the flags. The result is cached as ``<cache>/c/.toolchain-<id>.json``, keyed by the compiler binary,
-the CPU, the Python headers and the environment switches, so later processes pay only a ``stat``.
+the CPU, the Python headers and the environment switches, so later processes pay only a ``stat``. That record
+holds what the probe found (which flags work, OpenMP, the libmvec tier, the version text) and the identity of
+the compiler it is about, checked on every read; never a command: the compiler that runs is always the one
+``CC``/``PATH`` name in this process.
 
 Environment: ``CC`` (compiler command), ``SYMGRAD_CFLAGS`` (extra flags), ``SYMGRAD_NATIVE=0`` (no
 ``-march=native``), ``SYMGRAD_OPENMP=0`` (no threads), ``SYMGRAD_DEBUG=2`` (print every compiler command).
@@ -36,11 +39,13 @@ EXT_SUFFIX: str = sysconfig.get_config_var("EXT_SUFFIX") or ".so"
 #: The probe and the base flags are this file: its text is part of every probe id.
 PROBE_SOURCE_DIGEST = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()
 BASE_FLAGS = ("-O3", "-fPIC", "-fno-math-errno", "-fno-trapping-math", "-ffp-contract=off", "-fopenmp-simd")
+#: For a compiler that rejects one of BASE_FLAGS.
+PLAIN_FLAGS = ("-O2", "-fPIC")
 
 
 @dataclass(frozen=True)
 class Toolchain:
-    cc: tuple[str, ...]  # compiler command (from $CC, else cc/gcc/clang)
+    cc: tuple[str, ...]  # compiler command (from $CC, else cc/gcc/clang; never from the cache)
     version: str  # first line of `cc --version`
     target: str  # what -march=native expands to ('' when not used)
     flags: tuple[str, ...]  # compile flags
@@ -104,19 +109,23 @@ def debug_command(cmd: list[str]) -> None:
         say(" ".join(shlex.quote(str(c)) for c in cmd))
 
 
+def _compiler_identity(cc: list[str]) -> dict:
+    """The command and its binary (size, modification time, inode): what a probe record is about."""
+    st = os.stat(cc[0])
+    return {"command": cc, "size": st.st_size, "mtime_ns": st.st_mtime_ns, "inode": [st.st_dev, st.st_ino]}
+
+
 def toolchain() -> Toolchain:
     """The probed toolchain; probing runs once per machine and compiler (cached on disk)."""
     global _toolchain
     cc = _compiler_command()
     extra = tuple(shlex.split(os.environ.get("SYMGRAD_CFLAGS", "")))
-    st = os.stat(cc[0])
+    compiler = _compiler_identity(cc)
     probe_id = hashlib.sha256(
         json.dumps(
             [
                 PROBE_SOURCE_DIGEST,
-                cc,
-                st.st_size,
-                st.st_mtime_ns,
+                compiler,
                 extra,
                 _cpu_id(),
                 PYTHON_INCLUDE,
@@ -130,18 +139,67 @@ def toolchain() -> Toolchain:
     if probe_id in _unusable:  # probed in this process and failed: do not pay for it again
         raise _unusable[probe_id]
     cache_file = cache_dir() / f".toolchain-{probe_id}.json"
-    try:
-        data = json.loads(cache_file.read_text())
-        tc = Toolchain(**{k: tuple(v) if isinstance(v, list) else v for k, v in data.items()})
-    except (OSError, ValueError, TypeError):
+    found = _read_record(cache_file, compiler)
+    if found is None:
         try:
-            tc = _probe(cc, extra)
+            found = _probe(cc, extra)
         except CompilerUnavailable as exc:
             _unusable[probe_id] = exc
             raise
-        _atomic_write(cache_file, json.dumps(asdict(tc), indent=1))
+        _atomic_write(cache_file, json.dumps({"compiler": compiler, **found}, indent=1))
+    tc = _assemble(cc, extra, found)
     _toolchain = (probe_id, tc)
     return tc
+
+
+#: A probe record: the compiler it is about and what the probe found, by type; nothing else is accepted.
+_RECORD = {
+    "compiler": dict,
+    "version": str,
+    "target": str,
+    "base": bool,
+    "native": bool,
+    "openmp": bool,
+    "libmvec": int,
+}
+
+
+def _read_record(path: Path, compiler: dict) -> dict | None:
+    """The findings recorded in ``path`` about ``compiler``; None when missing, malformed, holding anything
+    else than ``_RECORD`` (an older format's command, say) or about another compiler."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict) or set(data) != set(_RECORD):
+        return None
+    if any(type(data[k]) is not t for k, t in _RECORD.items()) or data["libmvec"] not in (0, 1, 2):
+        return None
+    if data.pop("compiler") != compiler:
+        return None
+    return data
+
+
+def _assemble(cc: list[str], extra: tuple[str, ...], found: dict) -> Toolchain:
+    """The toolchain of compiler ``cc``: flags and libraries from what the probe ``found``, and ``extra``."""
+    flags = [*(BASE_FLAGS if found["base"] else PLAIN_FLAGS)]
+    if found["native"]:
+        flags.append("-march=native")
+    flags += extra
+    if found["openmp"]:
+        flags.append("-fopenmp")
+    libmvec = found["libmvec"]
+    if libmvec:
+        flags.append(f"-DSG_LIBMVEC={libmvec}")
+    return Toolchain(
+        cc=tuple(cc),
+        version=found["version"],
+        target=found["target"],
+        flags=tuple(flags),
+        libs=("-lmvec", "-lm") if libmvec else ("-lm",),
+        openmp=found["openmp"],
+        libmvec=libmvec,
+    )
 
 
 def forget_toolchain() -> None:
@@ -211,7 +269,8 @@ def _try_shared(
     return True, "", out
 
 
-def _probe(cc: list[str], extra: tuple[str, ...]) -> Toolchain:
+def _probe(cc: list[str], extra: tuple[str, ...]) -> dict:
+    """What works with compiler ``cc``: the ``_RECORD`` fields but the compiler's identity."""
     r = run_command([*cc, "--version"])
     if r.returncode != 0:
         raise CompilerUnavailable(f"{cc[0]} --version failed: {r.stderr.strip()[:300]}")
@@ -222,9 +281,9 @@ def _probe(cc: list[str], extra: tuple[str, ...]) -> Toolchain:
     flags = [*BASE_FLAGS]
     with tempfile.TemporaryDirectory(prefix="symgrad-probe-") as d:
         tmp = Path(d)
-        ok, err, _ = _try_shared(cc, flags, ["-lm"], _PROBE_PLAIN, tmp, "base")
-        if not ok:  # a compiler without some of the base flags: plain -O2
-            flags = ["-O2", "-fPIC"]
+        base, err, _ = _try_shared(cc, flags, ["-lm"], _PROBE_PLAIN, tmp, "base")
+        if not base:  # a compiler without some of the base flags: plain -O2
+            flags = [*PLAIN_FLAGS]
             ok, _, _ = _try_shared(cc, flags, ["-lm"], _PROBE_PLAIN, tmp, "plain")
             if not ok:
                 raise CompilerUnavailable(f"{cc[0]} cannot build a shared library: {err.strip()[:500]}")
@@ -239,6 +298,7 @@ def _probe(cc: list[str], extra: tuple[str, ...]) -> Toolchain:
                     flags.append("-march=native")
                 else:
                     target = ""
+        native = "-march=native" in flags
         flags += list(extra)
         openmp = False
         if os.environ.get("SYMGRAD_OPENMP", "1") != "0":
@@ -252,15 +312,11 @@ def _probe(cc: list[str], extra: tuple[str, ...]) -> Toolchain:
             if ok and b"_ZGV" in so.read_bytes():
                 libmvec = tier
                 break
-    libs = ["-lmvec", "-lm"] if libmvec else ["-lm"]
-    if libmvec:
-        flags.append(f"-DSG_LIBMVEC={libmvec}")
-    return Toolchain(
-        cc=tuple(cc),
-        version=version,
-        target=target,
-        flags=tuple(flags),
-        libs=tuple(libs),
-        openmp=openmp,
-        libmvec=libmvec,
-    )
+    return {
+        "version": version,
+        "target": target,
+        "base": base,
+        "native": native,
+        "openmp": openmp,
+        "libmvec": libmvec,
+    }

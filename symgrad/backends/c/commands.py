@@ -1,0 +1,110 @@
+"""The compiler commands of a C build: the translation units of ``kernels.c``, cffi's wrapper, the link, and
+the direct-call extension's one file. Each ``*_steps`` writes its sources into the build directory and
+returns (main source file, compile commands to run in parallel, link command)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from symgrad import abi
+from symgrad.backends.c.toolchain import PYTHON_INCLUDE, Toolchain
+
+#: Appended to every module: thread control for the OpenMP loops (no-ops without OpenMP).
+SUPPORT_SOURCE = """
+#line 1 "<symgrad runtime support>"
+#if defined(_OPENMP)
+#include <omp.h>
+void sg_set_num_threads(int k) { omp_set_num_threads(k); }
+int sg_get_max_threads(void) { return omp_get_max_threads(); }
+#else
+void sg_set_num_threads(int k) { (void)k; }
+int sg_get_max_threads(void) { return 1; }
+#endif
+"""
+SUPPORT_CDEF = "void sg_set_num_threads(int);\nint sg_get_max_threads(void);"
+
+
+def sanitize_flags() -> tuple[str, ...]:
+    """``SYMGRAD_SANITIZE=1``: AddressSanitizer and UBSan (any report aborts) in every module (run with
+    libasan preloaded)."""
+    if os.environ.get("SYMGRAD_SANITIZE", "0") in ("", "0"):
+        return ()
+    return (
+        "-fsanitize=address,undefined",
+        "-fno-sanitize-recover=undefined",
+        "-fno-omit-frame-pointer",
+        "-g",
+    )
+
+
+#: Generated C past this size (bytes) is compiled as several translation units, one per core at most.
+UNIT_BYTES = 500_000
+
+
+def split_units(source: str, units: int) -> list[str]:
+    """``source`` as up to ``units`` translation units of similar size: its header (what precedes the first
+    line that starts with ``abi.SECTION_MARK``) followed by consecutive sections, each section under a
+    ``#line`` directive so that compiler messages name the lines of ``kernels.c``."""
+    mark = "\n" + abi.SECTION_MARK
+    head, *sections = source.split(mark)
+    if units <= 1 or len(sections) < 2:
+        return [source]
+    line = head.count("\n") + 2  # the line of the first section's mark in kernels.c
+    placed = []
+    for section in sections:
+        placed.append(f'#line {line} "kernels.c"\n{abi.SECTION_MARK}{section}')
+        line += section.count("\n") + 1
+    total, offset = sum(map(len, sections)), 0
+    groups: list[list[str]] = [[] for _ in range(units)]
+    for text, section in zip(placed, sections):  # by each section's offset in kernels.c: similar sizes
+        groups[min(units - 1, offset * units // total)].append(text)
+        offset += len(section)
+    return [head + "\n" + "\n".join(group) for group in groups if group]
+
+
+def cffi_steps(tmp: Path, source: str, cdef: str, glue: str, tc: Toolchain, name: str, so: str) -> tuple:
+    """``kernels.c`` (-O3 and the probed flags; split into units past ``UNIT_BYTES``) and cffi's wrapper (-O1:
+    the cdef's Python glue and ``glue``) compile in parallel, then link."""
+    import cffi
+    from cffi.recompiler import make_c_source
+
+    (tmp / "kernels.c").write_text(source)
+    units = split_units(source, min(os.cpu_count() or 1, 1 + len(source) // UNIT_BYTES))
+    files = ["kernels.c"] if len(units) == 1 else [f"kernels.{k}.c" for k in range(len(units))]
+    if len(units) > 1:
+        for file, text in zip(files, units):
+            (tmp / file).write_text(text)
+    ffi = cffi.FFI()
+    ffi.cdef(cdef + "\n" + SUPPORT_CDEF)
+    wrapper = f"{name}.c"
+    preamble = "#include <stdint.h>\n" + cdef + "\n" + glue + SUPPORT_SOURCE
+    # make_c_source, not emit_c_code: that one prints "generating ...", and redirecting sys.stdout around it
+    # is process-wide (threads building at once left it replaced)
+    make_c_source(ffi, name, preamble, str(tmp / wrapper), verbose=False)
+    omp = ["-fopenmp"] if tc.openmp else []
+    omp += list(sanitize_flags())
+    objects = [file[:-2] + ".o" for file in files]
+    steps = [[*tc.cc, *tc.flags, *sanitize_flags(), "-c", "-o", o, f] for o, f in zip(objects, files)]
+    include = f"-I{PYTHON_INCLUDE}"
+    steps.append([*tc.cc, "-O1", "-fPIC", *omp, include, "-c", "-o", "wrapper.o", wrapper])
+    link = [*tc.cc, "-shared", *omp, "-o", so, *objects, "wrapper.o", *tc.libs]
+    return "kernels.c", steps, link
+
+
+def extension_steps(tmp: Path, source: str, tc: Toolchain, name: str, so: str) -> tuple:
+    """One C file that includes Python.h, compiled with the probed flags (no OpenMP: it has no loops)."""
+    (tmp / "module.c").write_text(source)
+    flags = [f for f in tc.flags if f != "-fopenmp"]
+    step = [
+        *tc.cc,
+        *flags,
+        *sanitize_flags(),
+        f"-DSG_MODULE={name}",
+        f"-I{PYTHON_INCLUDE}",
+        "-c",
+        "-o",
+        "module.o",
+        "module.c",
+    ]
+    return "module.c", [step], [*tc.cc, "-shared", *sanitize_flags(), "-o", so, "module.o"]
