@@ -38,6 +38,7 @@ class _BareKernel:
 
     def __init__(self, name: str, forward: Callable, vjp: Callable) -> None:
         self.name, self._forward, self._vjp = name, forward, vjp
+        self.backward_name = name.capitalize() + "Backward"
 
     def forward(self, *args):
         return (self._forward(*args),)
