@@ -32,7 +32,8 @@ from pathlib import Path
 from unittest import mock
 
 import pytest
-from hypothesis import HealthCheck, example, given, settings
+from fuzzing import budget
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 import emitters
@@ -42,21 +43,6 @@ from symgrad.build.package import write_package
 from symgrad.compiled import load_package
 from symgrad.compiler import compile_spec
 from symgrad.debug import printable
-
-FUZZ = os.environ.get("SYMGRAD_FUZZ_EXAMPLES")
-
-
-def budget(default: int) -> settings:
-    """``default`` examples (deterministic) in the normal suite, ``$SYMGRAD_FUZZ_EXAMPLES`` when fuzzing."""
-    return settings(
-        max_examples=int(FUZZ) if FUZZ else default,
-        deadline=None,
-        derandomize=not FUZZ,
-        database=None if not FUZZ else settings.default.database,
-        print_blob=bool(FUZZ),
-        suppress_health_check=list(HealthCheck),
-    )
-
 
 HOSTILE = [
     "\x1b[31m",  # ANSI colour

@@ -33,7 +33,6 @@ derivation itself (the kernel IR evaluated at 40 digits) or the target is wrong,
 from __future__ import annotations
 
 import math
-import os
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -42,26 +41,12 @@ import mpmath
 import numpy as np
 import pytest
 import sympy
-from hypothesis import HealthCheck, assume, event, given, note, reject, settings
+from fuzzing import budget
+from hypothesis import assume, event, given, note, reject
 from hypothesis import strategies as st
 
 import symgrad as sg
 from symgrad.compiler.primitives import _Primitive
-
-FUZZ = os.environ.get("SYMGRAD_FUZZ_EXAMPLES")
-
-
-def budget(default: int) -> settings:
-    """``default`` examples (deterministic) in the normal suite, ``$SYMGRAD_FUZZ_EXAMPLES`` when fuzzing."""
-    return settings(
-        max_examples=int(FUZZ) if FUZZ else default,
-        deadline=None,
-        derandomize=not FUZZ,
-        database=None if not FUZZ else settings.default.database,
-        print_blob=bool(FUZZ),
-        suppress_health_check=list(HealthCheck),
-    )
-
 
 HI_PREC = 136  # bits: ~40 decimal digits
 DTYPE_BITS = {"float64": 53, "float32": 24}

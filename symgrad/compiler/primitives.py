@@ -8,6 +8,8 @@ overflow-free; afterwards the lowering writes those of the exp(-|u|) family out 
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import sympy
 from sympy import Eq, S
 from sympy.codegen.cfunctions import expm1, log1p
@@ -214,40 +216,48 @@ def _tie_share(args: tuple, i: int, loses) -> sympy.Expr:
     return piecewise((S.Zero, sympy.Or(*[loses(a, b) for b in others])), (1 / (1 + ties), True))
 
 
-class amax(_Primitive):
+class _NaryExtreme(_Primitive):
+    """An n-ary max or min: differentiates as one function (ties split evenly), emitted as nested binary
+    ones. Subclasses name the binary primitive, SymPy's class and which of two arguments loses."""
+
+    binary: type
+    sympy_class: type
+    loses: Callable[[sympy.Expr, sympy.Expr], sympy.Basic]
+
+    def fdiff(self, argindex=1):
+        return _tie_share(self.args, argindex - 1, self.loses)
+
+    def _elementary(self):
+        return self.sympy_class(*self.args)
+
+    def nested(self) -> sympy.Expr:
+        """The value as nested binary ones (what the emitters print)."""
+        result = self.args[0]
+        for arg in self.args[1:]:
+            result = self.binary(result, arg)
+        return result
+
+
+class amax(_NaryExtreme):
     """The largest of three or more arguments, NaN-propagating; a tie among k of them gives each 1/k of the
     gradient (``torch.amax``). ``Max`` of three or more is rewritten to it; emitted as nested ``maximum``."""
 
-    def fdiff(self, argindex=1):
-        return _tie_share(self.args, argindex - 1, lambda a, b: a < b)
+    binary, sympy_class = maximum, sympy.Max
 
-    def _elementary(self):
-        return sympy.Max(*self.args)
-
-    def nested(self) -> sympy.Expr:
-        """The value as nested binary ``maximum`` (what the emitters print)."""
-        result = self.args[0]
-        for arg in self.args[1:]:
-            result = maximum(result, arg)
-        return result
+    @staticmethod
+    def loses(a: sympy.Expr, b: sympy.Expr) -> sympy.Basic:
+        return a < b
 
 
-class amin(_Primitive):
+class amin(_NaryExtreme):
     """The smallest of three or more arguments; ties split as in ``amax``. ``Min`` of three or more is
     rewritten to it; emitted as nested ``minimum``."""
 
-    def fdiff(self, argindex=1):
-        return _tie_share(self.args, argindex - 1, lambda a, b: a > b)
+    binary, sympy_class = minimum, sympy.Min
 
-    def _elementary(self):
-        return sympy.Min(*self.args)
-
-    def nested(self) -> sympy.Expr:
-        """The value as nested binary ``minimum`` (what the emitters print)."""
-        result = self.args[0]
-        for arg in self.args[1:]:
-            result = minimum(result, arg)
-        return result
+    @staticmethod
+    def loses(a: sympy.Expr, b: sympy.Expr) -> sympy.Basic:
+        return a > b
 
 
 PRIMITIVES = (sigmoid, softplus, logsigmoid, logaddexp, xlogy, maximum, minimum, amax, amin, log1p, expm1)
