@@ -27,8 +27,8 @@ class Mismatch:
     def __str__(self) -> str:
         where = ", ".join(f"{k}={v}" for k, v in self.point.items())
         return (
-            f"{self.function}: d/d{self.argument}[{self.element}] at ({where}): "
-            f"symgrad {self.analytic:.10g}, {self.reference} {self.numeric:.10g}"
+            f"{self.function}: vjp for {self.argument}[{self.element}] (the gradient of <outputs, cotangent> "
+            f"at {where}): symgrad {self.analytic:.10g}, {self.reference} {self.numeric:.10g}"
         )
 
 
@@ -123,6 +123,9 @@ def check_function(
                     nm: round(x, 6) if np.ndim(x) == 0 else np.round(x.reshape(n, -1)[row], 6).tolist()
                     for nm, x in zip(fn.arg_names, args)
                 }
+                point["cotangent"] = [np.round(sd.reshape(n, -1)[row], 6).tolist() for sd in seeds]
+                if np.ndim(args[fn.arg_names.index(name)]) == 0:  # uniform: its gradient sums every row
+                    point = {"summed over rows": n, name: point[name]}
                 mismatches.append(
                     Mismatch(
                         fn.name, name, int(col), point, float(a[row, col]), float(num[row, col]), reference

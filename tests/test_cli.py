@@ -91,6 +91,10 @@ def test_check_passes_and_catches_a_wrong_hand_written_backward(model):
     )
     r = symgrad("check", "model.py", "neo_relu", "--against", "hand.py:neo_relu_backward", cwd=model)
     assert r.returncode == 1 and "FAIL neo_relu" in r.stdout
+    # what was compared is the vjp with a random cotangent, which the line shows (it said "d/dx")
+    line = next(t for t in r.stdout.splitlines() if "vjp for x[0]" in t)
+    assert "(the gradient of <outputs, cotangent> at x=[" in line and "cotangent=[[" in line
+    assert "hand-written" in line and "d/dx" not in r.stdout
     r = symgrad("check", "model.py", "neo_relu", "--against", "hand.py:neo_relu_backward_right", cwd=model)
     assert r.returncode == 0, r.stdout
 
