@@ -10,7 +10,8 @@
     m = sg.compile("model.py")                  # or a whole model file
 
 Names are loaded lazily so that importing a compiled package imports neither SymPy nor the tape runtime.
-The math names (``sg.exp``, ``sg.where``, ...) are those of ``symgrad.compiler.functions.__all__``.
+The runtime's names (``sg.Tensor``, ...) and the math names (``sg.exp``, ``sg.where``, ...) are those of
+``symgrad.runtime.__all__`` and ``symgrad.compiler.functions.__all__``.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from symgrad.errors import UnsupportedError as UnsupportedError  # noqa: E402
 _LAZY: dict[str, str] = {
     "function": "api",
     "SymbolicFunction": "api",
-    "compile": "api",
+    "compile": "compiled:compile_module",
     "Vector": "compiler.trace",
     "Matrix": "compiler.trace",
     "CompiledFunction": "compiled",
@@ -42,23 +43,11 @@ _LAZY: dict[str, str] = {
     "set_backend": "backends",
     "get_backend": "backends:get_backend_name",
     "available_backends": "backends:available",
-    **{
-        name: "runtime"
-        for name in (
-            "Tensor",
-            "tensor",
-            "from_numpy",
-            "as_tensor",
-            "no_grad",
-            "enable_grad",
-            "is_grad_enabled",
-            "grad",
-            "Function",
-        )
-    },
 }
 _SUBMODULES = ("nn", "optim")
-_MATH_MODULE = "compiler.functions"
+#: modules whose ``__all__`` are public names of ``sg`` too, looked up in this order on first use: the tape
+#: runtime (``sg.Tensor``, ``sg.no_grad``, ...; no SymPy), then the math that models are written with
+_NAMESPACES = ("runtime", "compiler.functions")
 _ERRORS = [
     "SymgradError",
     "ModelError",
@@ -71,8 +60,16 @@ _ERRORS = [
 ]
 
 
-def _math_names() -> list[str]:
-    return list(importlib.import_module(f".{_MATH_MODULE}", __name__).__all__)
+def _namespace_names() -> list[str]:
+    return [n for ns in _NAMESPACES for n in importlib.import_module(f".{ns}", __name__).__all__]
+
+
+def _from_namespaces(name: str) -> Any:
+    for ns in _NAMESPACES:
+        module = importlib.import_module(f".{ns}", __name__)
+        if name in module.__all__:
+            return getattr(module, name)
+    raise AttributeError(f"module 'symgrad' has no attribute {name!r}")
 
 
 def _is_submodule(name: str) -> bool:
@@ -87,9 +84,9 @@ def __getattr__(name: str) -> Any:
     elif name in _SUBMODULES:
         value = importlib.import_module(f".{name}", __name__)
     elif name == "__all__":
-        value = [*_ERRORS, *_LAZY, *_SUBMODULES, *_math_names()]
-    elif not name.startswith("_") and not _is_submodule(name) and name in _math_names():
-        value = getattr(importlib.import_module(f".{_MATH_MODULE}", __name__), name)
+        value = [*_ERRORS, *_LAZY, *_SUBMODULES, *_namespace_names()]
+    elif not name.startswith("_") and not _is_submodule(name):
+        value = _from_namespaces(name)
     else:
         raise AttributeError(f"module 'symgrad' has no attribute {name!r}")
     globals()[name] = value
@@ -97,4 +94,4 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY) | set(_SUBMODULES) | set(_math_names()))
+    return sorted(set(globals()) | set(_LAZY) | set(_SUBMODULES) | set(_namespace_names()))

@@ -1,22 +1,20 @@
-"""The user-facing entry points: ``@sg.function`` and ``sg.compile``.
+"""The user-facing ``@sg.function``.
 
 An ``@sg.function`` is still callable: with SymPy arguments it inlines its body (so functions compose),
 with arrays or tensors it compiles itself on first use (into the cache directory) and runs the compiled
-kernels. ``sg.compile(path)`` compiles a whole model file and returns it as a module.
+kernels. (``sg.compile(path)``, for a whole model file, is ``symgrad.compiled.compile_module``: it needs
+no SymPy when the model is unchanged.)
 """
 
 from __future__ import annotations
 
-import sys
 import threading
-import types
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import sympy
 
-from symgrad.build.compile import compile_model_in_cache, compile_traced, model_key
+from symgrad.build.compile import compile_traced
 from symgrad.compiled import CompiledFunction, load_package
 from symgrad.compiler.trace import ForwardFunction
 from symgrad.errors import ModelError
@@ -102,20 +100,3 @@ def function(
     if not callable(fn):
         raise ModelError(f"@sg.function expects a function, got {type(fn).__name__}")
     return SymbolicFunction(fn, nondiff, uniform)
-
-
-def compile(path: str | Path, *, force: bool = False) -> types.ModuleType:  # noqa: A001  (sg.compile)
-    """Compile ``path`` (a model file) if it changed, and return the compiled module.
-
-    The module's attributes are the compiled functions; same object as ``import <model>_symgrad`` gives
-    after ``symgrad compile``, but built in the cache directory."""
-    path = Path(path).resolve()
-    dest = compile_model_in_cache(path, force=force)
-    name = f"{path.stem}_symgrad_{model_key(path)}"
-    module = types.ModuleType(name, f"symgrad-compiled functions of {path.name}")
-    module.__file__ = str(dest / "__init__.py")
-    functions = load_package(dest)
-    module.__dict__.update(functions)
-    module.__all__ = list(functions)
-    sys.modules[name] = module
-    return module

@@ -72,7 +72,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
 
 
 def _compiled_module(model: str):
-    from symgrad.api import compile as compile_in_cache
+    from symgrad.compiled import compile_module as compile_in_cache
 
     return compile_in_cache(model)
 

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import sys
+import types
 import warnings
 from pathlib import Path
 
-from symgrad.build.compile import compile_model_in_cache
+from symgrad.build.compile import compile_model_in_cache, model_key
 from symgrad.build.package import Package
 from symgrad.compiled.arguments import sum_to_shape
 from symgrad.compiled.function import CompiledFunction, register_tensor_hook
@@ -30,9 +32,33 @@ def load_package(location: str | Path) -> dict[str, CompiledFunction]:
     return {entry["name"]: CompiledFunction(package, entry) for entry in package.manifest["functions"]}
 
 
-def load_model(path: str | Path) -> dict[str, CompiledFunction]:
+def load_model(path: str | Path, *, force: bool = False) -> dict[str, CompiledFunction]:
     """The compiled functions of the model file at ``path``, compiled into the cache when it changed."""
-    return load_package(compile_model_in_cache(path))
+    return load_package(compile_model_in_cache(path, force=force))
 
 
-__all__ = ["CompiledFunction", "load_package", "load_model", "register_tensor_hook", "sum_to_shape"]
+def compile_module(path: str | Path, *, force: bool = False) -> types.ModuleType:
+    """``sg.compile``: compile ``path`` (a model file) if it changed, and return the compiled module.
+
+    The module's attributes are the compiled functions; same object as ``import <model>_symgrad`` gives
+    after ``symgrad compile``, but built in the cache directory. Neither SymPy nor the tape runtime is
+    imported when the model is unchanged."""
+    path = Path(path).resolve()
+    functions = load_model(path, force=force)
+    name = f"{path.stem}_symgrad_{model_key(path)}"
+    module = types.ModuleType(name, f"symgrad-compiled functions of {path.name}")
+    module.__file__ = str(next(iter(functions.values())).package.path / "__init__.py")
+    module.__dict__.update(functions)
+    module.__all__ = list(functions)
+    sys.modules[name] = module
+    return module
+
+
+__all__ = [
+    "CompiledFunction",
+    "compile_module",
+    "load_package",
+    "load_model",
+    "register_tensor_hook",
+    "sum_to_shape",
+]
