@@ -24,6 +24,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from cli_runner import run_symgrad
 
 import symgrad as sg
 from symgrad.build.compile import compile_model
@@ -263,16 +264,7 @@ def test_python_numbers_and_0d_arrays(backend, dtype):
 # -- models that misbehave -----------------------------------------------------------------------------------
 
 
-def symgrad_cli(*args, cwd, timeout=300, env_extra=None):
-    env = dict(os.environ, PYTHONPATH=str(ROOT), **(env_extra or {}))
-    return subprocess.run(
-        [sys.executable, "-m", "symgrad", *args],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
+symgrad_cli = run_symgrad
 
 
 def test_model_that_raises_at_import_is_one_line(tmp_path):

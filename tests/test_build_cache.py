@@ -25,6 +25,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from cli_runner import run_symgrad
 
 import symgrad as sg
 from symgrad.backends.c import direct
@@ -470,14 +471,7 @@ def test_sigint_while_deriving_leaves_previous_package_or_none(tmp_path, previou
     package = tmp_path / "model_symgrad"
     if previous:
         model.write_text(MODEL)
-        r = subprocess.run(
-            [sys.executable, "-m", "symgrad", "compile", "model.py"],
-            cwd=tmp_path,
-            env=env_for(tmp_path / "cache"),
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
+        r = run_symgrad("compile", "model.py", cwd=tmp_path, env=env_for(tmp_path / "cache"))
         assert r.returncode == 0, r.stderr
         before = {p.name: p.read_bytes() for p in package.iterdir()}
     model.write_text(SLOW_MODEL)
@@ -504,14 +498,7 @@ def test_sigint_while_writing_the_package_leaves_previous_package_or_none(tmp_pa
     package = tmp_path / "model_symgrad"
     model.write_text(MODEL)
     if previous:
-        r = subprocess.run(
-            [sys.executable, "-m", "symgrad", "compile", "model.py"],
-            cwd=tmp_path,
-            env=env_for(tmp_path / "cache"),
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
+        r = run_symgrad("compile", "model.py", cwd=tmp_path, env=env_for(tmp_path / "cache"))
         assert r.returncode == 0, r.stderr
         before = {p.name: p.read_bytes() for p in package.iterdir()}
         model.write_text(MODEL + "\n\n@sg.function\ndef extra(x):\n    return x + 1\n")
