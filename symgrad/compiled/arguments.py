@@ -85,16 +85,17 @@ def as_array(fn_name: str, name: str, value: Any) -> np.ndarray:
         ) from None
 
 
+#: The largest integer a float64 holds: a Python int beyond it is no argument.
+FLOAT64_MAX_INT = int(np.finfo(np.float64).max)
+
+
 def check_number_range(fn_name: str, name: str, value: int | float) -> None:
     """Raise for a Python int too large for float64 (``10**400``); every float is representable."""
-    if isinstance(value, int) and abs(value) > _FLOAT64_MAX:
+    if isinstance(value, int) and abs(value) > FLOAT64_MAX_INT:
         digits = len(str(abs(value)))
         raise ArgumentError(
             f"{fn_name}: argument '{name}' is an integer of {digits} digits, too large for float64"
         )
-
-
-_FLOAT64_MAX = int(np.finfo(np.float64).max)
 
 
 def out_problem(out: Any, dtype: np.dtype, shape: tuple) -> str | None:

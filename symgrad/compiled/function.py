@@ -16,6 +16,7 @@ import numpy as np
 from symgrad import abi, backends
 from symgrad.build.package import Package
 from symgrad.compiled.arguments import (
+    FLOAT64_MAX_INT,
     as_array,
     batch_shape,
     broadcast_batches,
@@ -32,7 +33,6 @@ from symgrad.compiled.arguments import (
 from symgrad.errors import ArgumentError
 
 _F64, _F32 = abi.FLOAT_DTYPES
-_INT_MAX = int(np.finfo(np.float64).max)
 
 
 #: (Tensor type, apply) once the tape runtime registered itself (``register_tensor_hook``): before that no
@@ -68,7 +68,7 @@ def _same_shape_floats(values: Sequence) -> tuple[Sequence, np.dtype, tuple] | N
             if v.dtype is not dtype or v.shape != shape:
                 return None
         elif t is int:
-            if not -_INT_MAX <= v <= _INT_MAX:  # beyond float64 (10**400): the checking path says so
+            if not -FLOAT64_MAX_INT <= v <= FLOAT64_MAX_INT:  # 10**400: the checking path says what is wrong
                 return None
         elif t is not float:
             return None

@@ -55,8 +55,8 @@ class Derivation:
 
     @property
     def where(self) -> str:
-        """How messages name the function: ``model.py:12: name``."""
-        return f"{self.spec.origin}: {self.spec.name}"
+        """How messages name the function (``Spec.where``)."""
+        return self.spec.where
 
     def body(self, kind: str) -> Assignments:
         """The program ``kind`` of ``BODIES`` (built on first use)."""
@@ -90,10 +90,9 @@ class Derivation:
 
 def derive(spec: Spec) -> Derivation:
     """Stabilize, check and straight-line the forward of ``spec``."""
-    where = f"{spec.origin}: {spec.name}"
     outputs = tuple(stabilize(e) for out in spec.outputs for e in out.exprs)
     for e in outputs:
-        check_supported(e, where)
+        check_supported(e, spec.where)
     wrt = tuple(s for a in spec.args if a.diff for s in a.symbols)
     n_out, n_in = len(outputs), len(wrt)
     temps, reduced = straight_line(list(outputs), "_t")

@@ -67,6 +67,11 @@ class Spec:
     origin: str  # 'model.py:12'
     doc: str
 
+    @property
+    def where(self) -> str:
+        """How messages name the function: ``model.py:12: name``."""
+        return f"{self.origin}: {self.name}"
+
     def __str__(self) -> str:
         sig = ", ".join(
             (a.name if not a.shape else f"{a.name}: {Shape(a.shape)!r}")
