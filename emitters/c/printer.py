@@ -17,6 +17,7 @@ from sympy.printing.codeprinter import CodePrinter
 from sympy.printing.precedence import PRECEDENCE, precedence
 
 from symgrad.compiler.display import PiecewiseSelects, TermOrder
+from symgrad.compiler.special import MAX_POLYGAMMA
 
 from .. import ExpressionPrinter
 from .text import DTYPES, HELPERS, LIBM, DType, literal
@@ -198,6 +199,17 @@ class SymgradCPrinter(ExpressionPrinter, TermOrder, PiecewiseSelects, C99CodePri
         return text
 
     _print_Max = _print_Min = _print_MinMax
+
+    def _print_polygamma(self, expr):
+        """polygamma(n, x): the order as the int first argument of one helper (``special``)."""
+        n = expr.args[0]
+        if not (n.is_Integer and 0 <= int(n) <= MAX_POLYGAMMA):
+            raise sympy.printing.codeprinter.PrintMethodNotImplementedError(
+                f"the C emitter prints polygamma of orders 0..{MAX_POLYGAMMA} only (in {expr})"
+            )
+        self.helpers.add(("polygamma", self.dtype.suffix))
+        self.used.update(HELPERS["polygamma"][0])
+        return f"sg_polygamma_{self.dtype.suffix}({int(n)}, {self._print(expr.args[1])})"
 
     def _print_tanh(self, expr):
         """double: the expm1 form (``sg_tanh_f64``, see its comment); float: tanhf, the faster there."""

@@ -10,6 +10,8 @@ from dataclasses import dataclass
 
 from symgrad import abi
 
+from .special import SPECIAL_HELPERS
+
 
 @dataclass(frozen=True)
 class DType:
@@ -47,6 +49,12 @@ LIBM = {
     "floor": "floor",
     "ceiling": "ceil",
     "Abs": "fabs",
+    "exp2": "exp2",
+    "log2": "log2",
+    "log10": "log10",
+    "cbrt": "cbrt",
+    "loggamma": "lgamma",  # log|Gamma(x)|
+    "gamma": "tgamma",
 }
 LIBMVEC_TIER = abi.LIBMVEC_TIER
 _ARITY = {"atan2": 2, "pow": 2}
@@ -113,6 +121,7 @@ static inline {T} sg_sign_{S}({T} x)
     return x > {zero} ? {one} : (x < {zero} ? -{one} : (x == x ? {zero} : x));
 }}""",
     ),
+    **SPECIAL_HELPERS,  # the special functions libm lacks (emitters/c/special.py)
 }
 
 #: The libm names this file calls: unsafe as identifiers too (see ``symgrad.abi.c_safe``).

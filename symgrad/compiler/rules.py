@@ -7,7 +7,7 @@ table below replaces each with PyTorch's convention (torch 2.13's gradients):
 |------------------------------------------------|--------------------|-------------------------|
 | ``DiracDelta(u)`` (from sign, Heaviside)       | 0                  | sign' = 0               |
 | ``Derivative(floor/ceiling/sign/Heaviside(u))``| 0                  | floor' = 0              |
-| ``Derivative(frac(u))``, ``Derivative(Mod(u, c))`` | ``du``         | frac' = 1, fmod' = 1    |
+| ``Derivative(frac(u))``, ``Derivative(Mod(u, c))`` | ``du - floor(u/c)*dc`` | frac' = 1, remainder |
 | ``re(u)`` / ``im(u)`` (``diff(Abs(u))`` when SymPy cannot prove ``u`` real) | ``u`` / 0 | values are real |
 
 Kinks and ties, handled before ``diff`` (see ``symgrad.compiler.primitives``), the one table of them:
@@ -54,9 +54,11 @@ from sympy.core.relational import Relational
 from sympy.functions.elementary.piecewise import ExprCondPair
 from sympy.logic.boolalg import ITE, BooleanFalse, BooleanTrue
 
+from symgrad.compiler import dag
 from symgrad.compiler.display import formula
 from symgrad.compiler.piecewise import PiecewiseOperand, branches
 from symgrad.compiler.primitives import PRIMITIVES
+from symgrad.compiler.special import MAX_POLYGAMMA, SPECIAL_PRIMITIVES, SYMPY_SPECIAL
 from symgrad.errors import UnsupportedError
 
 _ZERO_DERIVATIVE = (floor, ceiling, sign, Heaviside)
@@ -73,6 +75,9 @@ def _subgradient(e: sympy.Basic) -> sympy.Basic | None:
         inner = e.expr
         if isinstance(inner, _ZERO_DERIVATIVE + (im,)):
             return sympy.S.Zero
+        if isinstance(inner, Mod) and len(e.variables) == 1:  # a - c*floor(a/c), floor' = 0
+            a, c = inner.args
+            return sympy.diff(a, *e.variables) - floor(a / c) * sympy.diff(c, *e.variables)
         if isinstance(inner, (frac, Mod, re)):
             return sympy.diff(inner.args[0], *e.variables)
     if isinstance(e, Subs) and not e.expr.has(Derivative):
@@ -119,6 +124,8 @@ SUPPORTED_FUNCTIONS: tuple[type, ...] = (
     ceiling,
     Piecewise,
     *PRIMITIVES,
+    *SPECIAL_PRIMITIVES,
+    *SYMPY_SPECIAL,
 )
 _STRUCTURAL = (
     Add,
@@ -136,6 +143,7 @@ _STRUCTURAL = (
     PiecewiseOperand,
 )
 _UNPRINTABLE_ATOMS = (sympy.zoo, sympy.nan, sympy.I)
+_POLYGAMMA_ORDERS = frozenset(sympy.Integer(n) for n in range(MAX_POLYGAMMA + 1))
 
 
 def _describe(node: sympy.Basic) -> str:
@@ -150,12 +158,8 @@ def _describe(node: sympy.Basic) -> str:
 
 def _in_branches(expr: sympy.Basic) -> set:
     """Sub-expressions that are (inside) the value of a Piecewise branch: only selected, never combined."""
-    found: set = set()
-    for node in sympy.preorder_traversal(expr):
-        if isinstance(node, (Piecewise, PiecewiseOperand)):
-            for value, _ in branches(node):
-                found.update(sympy.preorder_traversal(value))
-    return found
+    selects = [node for node in dag.nodes(expr) if isinstance(node, (Piecewise, PiecewiseOperand))]
+    return set(dag.nodes(*[value for node in selects for value, _ in branches(node)]))
 
 
 def check_supported(expr: sympy.Basic, where: str | Callable[[], str]) -> None:
@@ -170,8 +174,8 @@ def check_supported(expr: sympy.Basic, where: str | Callable[[], str]) -> None:
 
 
 def _first_unsupported(expr: sympy.Basic) -> str | None:
-    branches = _in_branches(expr) if expr.has(sympy.nan) else set()
-    for node in sympy.preorder_traversal(expr):
+    branches = _in_branches(expr) if dag.has(expr, sympy.nan) else set()
+    for node in dag.preorder(expr):  # each distinct sub-expression once: linear in the DAG
         if node.is_Number or node.is_NumberSymbol:
             if node is sympy.nan and node in branches:
                 continue
@@ -180,6 +184,8 @@ def _first_unsupported(expr: sympy.Basic) -> str | None:
             continue
         if node is sympy.I:
             return f"complex values are not supported (in {formula(expr)})"
+        if isinstance(node, sympy.polygamma) and node.args[0] not in _POLYGAMMA_ORDERS:
+            return f"polygamma of order {node.args[0]} in {node} (symgrad compiles orders 0..{MAX_POLYGAMMA})"
         if isinstance(node, SUPPORTED_FUNCTIONS) or isinstance(node, _STRUCTURAL):
             continue
         if node in (sympy.oo, -sympy.oo):
