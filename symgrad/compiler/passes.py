@@ -10,17 +10,15 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
-from functools import lru_cache
 from itertools import count
 from math import gcd
 
 import sympy
 from sympy import Eq, Piecewise, Pow, Symbol
 
-from symgrad.compiler.display import formula
+from symgrad.compiler.local import local_derivative
 from symgrad.compiler.piecewise import PiecewiseOperand, branches
 from symgrad.compiler.primitives import SHARED_CORE
-from symgrad.compiler.rules import apply_subgradients, check_supported
 
 Assignments = list[tuple[Symbol, sympy.Expr]]
 
@@ -109,8 +107,9 @@ def regroup_powers(
     to SymPy, infinite over infinite in float32 from x = 2. A product of two or more powers whose rational
     exponents share an integer factor n >= ``REGROUP_MIN_EXPONENT`` gets its base product as a temporary
     of its own, raised once: ``t = x*(x**2 + 1)**(-1/2)``, ``t**125`` (exact for an integer n, whatever the
-    signs; the derivative is then taken of ``t**125``, not of its distributed form). Not when a base would
-    get an exponent strictly between 0 and 1 (see the comment)."""
+    signs; the derivative is then taken of ``t**125``, not of its distributed form). A quotient is regrouped
+    from n = 2: the user's ``(x/s)**2``, which SymPy makes ``x**2/s**2`` (0/0 at x = s = 1e-200). Not when
+    a base would get an exponent strictly between 0 and 1 (see the comment)."""
     out: Assignments = []
 
     def regroup(e: sympy.Basic) -> sympy.Basic:
@@ -126,7 +125,10 @@ def regroup_powers(
             n = gcd(*[abs(args[i].exp.p) for i in powers]) if len(powers) >= 2 else 1
             # not when a factor would become b**r with 0 < r < 1: its derivative is infinite at b = 0, where
             # t**(n - 1) = 0 would make the gradient 0*inf (x**5*y**(5/2) has a finite one there)
-            if n >= REGROUP_MIN_EXPONENT and not any(0 < args[i].exp / n < 1 for i in powers):
+            signs = {args[i].exp > 0 for i in powers}
+            if (n >= REGROUP_MIN_EXPONENT or n >= 2 and len(signs) == 2) and not any(
+                0 < args[i].exp / n < 1 for i in powers
+            ):
                 sym = next(names)
                 out.append((sym, sympy.Mul(*[Pow(args[i].base, args[i].exp / n) for i in powers])))
                 rest = [a for i, a in enumerate(args) if i not in powers]
@@ -145,17 +147,6 @@ def straight_line(exprs: list[sympy.Expr], prefix: str) -> tuple[Assignments, li
     names = fresh(prefix)
     temps, reduced = sympy.cse(exprs, symbols=names, order="none")
     return hoist_operands(*regroup_powers(*inline_booleans(list(temps), list(reduced)), names), names)
-
-
-@lru_cache(maxsize=4096)
-def local_derivative(expr: sympy.Expr, wrt: Symbol, where: str) -> sympy.Expr:
-    """d expr / d wrt for one assignment, with the subgradient table applied. Cached: the vjp, each Jacobian
-    row and the jvp of one function walk the same forward program, so they ask for the same derivatives."""
-    d = apply_subgradients(sympy.diff(expr, wrt))
-    if isinstance(expr, Pow) and not expr.exp.is_Number:
-        d = sympy.powsimp(d)  # x**y*y/x (NaN at 0) -> y*x**(y - 1)
-    check_supported(d, lambda: f"{where}: derivative of {formula(expr)} with respect to {wrt}")
-    return d
 
 
 def _polynomial_symbols(body: Assignments, inputs: list[Symbol]) -> set[Symbol]:
@@ -184,16 +175,25 @@ class Reverse:
     grads: list[sympy.Expr]
 
 
+def _sum_by_adjoint(terms: list[tuple[sympy.Expr | None, sympy.Expr]]) -> sympy.Expr:
+    """Sum ``adjoint * d`` terms with each adjoint factored out once: ``g*(a + b)``, as tree
+    differentiation of the whole assignment would give, not ``g*a + g*b`` (an adjoint None: a term as is)."""
+    groups: dict[sympy.Expr | None, list[sympy.Expr]] = {}
+    for adjoint, d in terms:
+        groups.setdefault(adjoint, []).append(d)
+    return sympy.Add(*[(1 if a is None else a) * sympy.Add(*ds) for a, ds in groups.items()])
+
+
 def reverse_accumulate(
     body: Assignments, seeds: dict[Symbol, sympy.Expr], wrt: list[Symbol], where: str
 ) -> Reverse:
     """Walk ``body`` backwards from ``seeds`` (adjoints of some assigned symbols) to the ``wrt`` symbols."""
     differentiable = set(wrt) | {s for s, _ in body}
-    terms: dict[Symbol, list[sympy.Expr]] = defaultdict(list)
+    terms: dict[Symbol, list[tuple[sympy.Expr | None, sympy.Expr]]] = defaultdict(list)
     selective: set[Symbol] = set()
     finite = _polynomial_symbols(body, wrt)
     for sym, seed in seeds.items():
-        terms[sym].append(seed)
+        terms[sym].append((None, seed))
     # adjoint names are unique per seed set: lower() runs one pass per output for the Jacobian and joins
     # them into one program, where two passes' `_adj0` would be the same SymPy symbol
     adjoint_names = fresh("_adj" + "".join(sorted(str(s) for s in seeds)) + "_")
@@ -201,36 +201,37 @@ def reverse_accumulate(
     for sym, expr in reversed(body):
         if not terms.get(sym):
             continue
-        total = sympy.Add(*terms.pop(sym))
+        total = _sum_by_adjoint(terms.pop(sym))
         if total.is_Atom:
             adjoint = total
         else:
             adjoint = next(adjoint_names)
             assigns.append((adjoint, total))
         for arg in sorted(expr.free_symbols & differentiable, key=str):
-            d = local_derivative(expr, arg, where)
+            d = local_derivative(expr, sym, arg, where)
             if d == 0:
                 continue
-            term = adjoint * d
             if sym in selective and _may_be_nonfinite(d, finite):
-                term = Piecewise((0, Eq(adjoint, 0)), (term, True))
+                terms[arg].append((None, Piecewise((0, Eq(adjoint, 0)), (adjoint * d, True))))
+            else:
+                terms[arg].append((adjoint, d))
             if sym in selective or d.has(Piecewise):
                 selective.add(arg)
-            terms[arg].append(term)
-    grads = [sympy.Add(*terms.get(x, [])) for x in wrt]
+    grads = [_sum_by_adjoint(terms.get(x, [])) for x in wrt]
     return Reverse(assigns, grads)
 
 
 def forward_accumulate(
-    body: Assignments, tangents: dict[Symbol, sympy.Expr], where: str
+    body: Assignments, tangents: dict[Symbol, sympy.Expr], where: str, prefix: str = ""
 ) -> tuple[Assignments, dict[Symbol, sympy.Expr]]:
-    """Forward mode over ``body``: the tangent of every assigned symbol, given the tangents of the inputs.
+    """Forward mode over ``body``: the tangent of every assigned symbol, given the tangents of the inputs;
+    ``prefix`` keeps apart the temporaries of passes joined into one program.
 
     A Piecewise-selected zero factor is guarded (``d == 0 ? 0 : d*dt``) where the incoming tangent is a
     computed one, so an untaken branch's infinite tangent never becomes ``0 * inf``."""
     tangent: dict[Symbol, sympy.Expr] = dict(tangents)
-    names = fresh("_tan")
-    local_names = fresh("_dloc")
+    names = fresh(prefix + "_tan")
+    local_names = fresh(prefix + "_dloc")
     assigns: Assignments = []
     for sym, expr in body:
         terms = []
@@ -238,7 +239,7 @@ def forward_accumulate(
             dt = tangent[arg]
             if dt == 0:
                 continue
-            d = local_derivative(expr, arg, where)
+            d = local_derivative(expr, sym, arg, where)
             if d == 0:
                 continue
             if arg not in tangents and d.has(Piecewise):
@@ -286,11 +287,19 @@ def topo_merge(assigns: Assignments, extra: Assignments) -> Assignments:
     return out
 
 
-def joint_cse(assigns: Assignments) -> Assignments:
-    """CSE across every right-hand side (forward and backward together), then re-order."""
+def joint_cse(assigns: Assignments, exact: frozenset[Symbol] = frozenset()) -> Assignments:
+    """CSE across every right-hand side (forward and backward together), then re-order. The assignments of
+    ``exact`` (the forward's) keep their quotients by a symbol as divisions: CSE shares ``1/x`` between the
+    value ``sin(x)/x`` and its derivative, and ``sin(x)*(1/x)`` at 1e-300 is 1 ulp off, which the derivative
+    through the output, ``(cos(x) - sin(x)/x)/x``, turns into 1e284 instead of 0."""
     if not assigns:
         return assigns
     temps, reduced = straight_line([e for _, e in assigns], "_c")
+    reciprocals = {
+        t: v for t, v in temps if isinstance(v, Pow) and v.exp == -1 and isinstance(v.base, Symbol)
+    }
+    if reciprocals and exact:
+        reduced = [r.xreplace(reciprocals) if s in exact else r for (s, _), r in zip(assigns, reduced)]
     return topo_merge([(s, r) for (s, _), r in zip(assigns, reduced)], temps)
 
 

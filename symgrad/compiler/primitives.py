@@ -28,6 +28,7 @@ __all__ = [
     "amin",
     "log1p",
     "expm1",
+    "hypot",
 ]
 
 
@@ -152,14 +153,16 @@ class logaddexp(_Primitive):
 
 
 class xlogy(_Primitive):
-    """xlogy(x, y) = x * log(y), and 0 where x == 0 (so x*log(x) at 0 is 0, with gradient 0 there)."""
+    """xlogy(x, y) = x * log(y), and 0 where x == 0 (so x*log(x) at 0 is 0). d/dx = log(y), also at x == 0
+    (linear in x, as torch and JAX), but 0 at x == y == 0; d/dy = x/y, 0 where x == 0."""
 
     nargs = 2
 
     def fdiff(self, argindex=1):
         x, y = self.args
         if argindex == 1:
-            return piecewise((S.Zero, Eq(x, 0)), (sympy.log(y), True))
+            # x == y == 0 as one comparison: a C `&&` is control flow, which keeps the loop from vectorizing
+            return piecewise((S.Zero, Eq(sympy.Abs(x) + sympy.Abs(y), 0)), (sympy.log(y), True))
         return piecewise((S.Zero, Eq(x, 0)), (x / y, True))
 
     @classmethod
@@ -170,6 +173,27 @@ class xlogy(_Primitive):
     def _elementary(self):
         x, y = self.args
         return piecewise((S.Zero, Eq(x, 0)), (x * sympy.log(y), True))
+
+
+class hypot(_Primitive):
+    """hypot(x, y) = sqrt(x**2 + y**2), written out as m*sqrt(1 + (n/m)**2) for m, n the larger and the
+    smaller of |x|, |y| (no overflow at 1e200, no underflow at 1e-200); d/dx = x/hypot(x, y), and 0 where
+    x == 0 (so the origin has gradient 0, as abs'(0))."""
+
+    nargs = 2
+
+    def fdiff(self, argindex=1):
+        a = self.args[argindex - 1]
+        return piecewise((S.Zero, Eq(a, 0)), (a / self, True))
+
+    def _elementary(self):
+        x, y = self.args
+        return sympy.sqrt(x**2 + y**2)
+
+    def _stable(self):
+        a, b = (sympy.Abs(v) for v in self.args)
+        m, n = maximum(a, b), minimum(a, b)
+        return piecewise((m, Eq(n, 0)), (m * sympy.sqrt(1 + (n / m) ** 2), True))
 
 
 def _kink_derivative(a: sympy.Expr, b: sympy.Expr, wins: sympy.Expr) -> sympy.Expr:
@@ -260,11 +284,15 @@ class amin(_NaryExtreme):
         return a > b
 
 
-PRIMITIVES = (sigmoid, softplus, logsigmoid, logaddexp, xlogy, maximum, minimum, amax, amin, log1p, expm1)
+PRIMITIVES = (
+    sigmoid, softplus, logsigmoid, logaddexp, xlogy, maximum, minimum, amax, amin, log1p, expm1, hypot,
+)  # fmt: skip
 #: n-ary primitives that differentiate as one function and are emitted as nested binary ones
 NESTED = (amax, amin)
 #: The primitives written out in their stable forms before the joint CSE (see ``expand_shared_cores``).
 SHARED_CORE = (sigmoid, softplus, logsigmoid, logaddexp)
+#: The primitives written out in elementary form before the joint CSE: the exp(-|u|) family, and hypot.
+EXPANDED = (*SHARED_CORE, hypot)
 
 
 def expand_shared_cores(expr: sympy.Expr) -> sympy.Expr:
@@ -274,6 +302,6 @@ def expand_shared_cores(expr: sympy.Expr) -> sympy.Expr:
     instead of computing it two or three times."""
     if expr.has(*NESTED):
         expr = expr.replace(lambda e: isinstance(e, NESTED), lambda e: e.nested())
-    if not expr.has(*SHARED_CORE):
+    if not expr.has(*EXPANDED):
         return expr
-    return expr.replace(lambda e: isinstance(e, SHARED_CORE), lambda e: e._stable())
+    return expr.replace(lambda e: isinstance(e, EXPANDED), lambda e: e._stable())

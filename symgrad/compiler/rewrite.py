@@ -5,7 +5,9 @@ Two families:
   ``diff`` never produces ``Heaviside(0) = 1/2`` and NaN propagates like ``torch.maximum``;
 - *stability*: ``log(1 + exp(u))`` and ``log1p(exp(u))``, ``1/(1 + exp(-u))``, ``log(exp(a) + exp(b))``,
   ``log(1 + u)``, ``exp(u) - 1`` become the primitives ``softplus``, ``sigmoid``, ``logaddexp``, ``log1p``,
-  ``expm1`` whose printed forms never overflow (see ``symgrad.compiler.primitives``).
+  ``expm1`` whose printed forms never overflow (see ``symgrad.compiler.primitives``); and the textbook
+  forms of ``symgrad.compiler.textbook`` (``1 - sigmoid(u)``, softmax of two, log of a sum of exps,
+  ``sqrt(x**2 + y**2)``).
 
 and ``hold-compared-piecewise``, which keeps a Piecewise that those rules make inside a condition from being
 folded into it (see ``symgrad.compiler.piecewise``).
@@ -16,9 +18,10 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import sympy
-from sympy import Add, Eq, Heaviside, Max, Min, Mul, Piecewise, Pow, S, bottom_up, exp, log
+from sympy import Add, Eq, Heaviside, Max, Min, Mul, Piecewise, Pow, S, exp, log
 from sympy.logic.boolalg import Boolean
 
+from symgrad.compiler import dag
 from symgrad.compiler.piecewise import operands, piecewise
 from symgrad.compiler.primitives import (
     amax,
@@ -32,6 +35,7 @@ from symgrad.compiler.primitives import (
     sigmoid,
     softplus,
 )
+from symgrad.compiler.textbook import TEXTBOOK_RULES
 
 Rule = Callable[[sympy.Expr], "sympy.Expr | None"]
 
@@ -117,7 +121,7 @@ def rewrite_expm1(e: sympy.Expr) -> sympy.Expr | None:
 def hold_compared_piecewise(e: sympy.Basic) -> sympy.Basic | None:
     """A condition that compares a Piecewise (one a rule above made, as from ``Heaviside``) holds it as an
     operand, before SymPy folds it into the condition (see ``symgrad.compiler.piecewise``)."""
-    if isinstance(e, Boolean) and not isinstance(e, sympy.Expr) and e.has(Piecewise):
+    if isinstance(e, Boolean) and not isinstance(e, sympy.Expr) and dag.has(e, Piecewise):
         return operands(e)
     return None
 
@@ -127,6 +131,7 @@ RULES: tuple[tuple[str, Rule], ...] = (
     ("hold-compared-piecewise", hold_compared_piecewise),
     ("max-min-piecewise", rewrite_max_min),
     ("heaviside-piecewise", rewrite_heaviside),
+    *TEXTBOOK_RULES,
     ("stable-log", rewrite_log),
     ("stable-log1p", rewrite_log1p),
     ("stable-sigmoid", rewrite_sigmoid),
@@ -154,16 +159,18 @@ def stabilize(expr: sympy.Expr) -> sympy.Expr:
     NaN, the value NumPy gives an undefined result; so does a branch whose whole value is a non-real number
     (``sqrt(-1) = I`` when ``sqrt`` of a clamped ``where`` is folded into the branches, as in
     ``where(u > 0, sqrt(u), 0)`` with ``u = clamp(y, -1, 1)``). ``check_supported`` still rejects both outside
-    a branch."""
-    if expr.has(S.ComplexInfinity):
-        expr = expr.xreplace({S.ComplexInfinity: S.NaN})
-    if expr.has(S.ImaginaryUnit) and expr.has(Piecewise):
-        expr = expr.replace(
+    a branch. Every walk visits each distinct sub-expression once (``symgrad.compiler.dag``): linear in the
+    size of the expression's DAG, not of its tree."""
+    if dag.has(expr, S.ComplexInfinity):
+        expr = dag.xreplace(expr, {S.ComplexInfinity: S.NaN})
+    if dag.has(expr, S.ImaginaryUnit) and dag.has(expr, Piecewise):
+        expr = dag.replace(
+            expr,
             lambda e: isinstance(e, Piecewise) and any(_non_real(v) for v, _ in e.args),
             lambda e: Piecewise(*[(S.NaN if _non_real(v) else v, c) for v, c in e.args]),
         )
     for _ in range(8):
-        new = bottom_up(expr, _apply_rules)
+        new = dag.bottom_up(expr, _apply_rules)
         if new == expr:
             return new
         expr = new
