@@ -147,7 +147,7 @@ def _kernel(trace: Callable[[], Spec]) -> Kernel:
 def compile_traced(spec: Spec) -> Path:
     """The package of one traced function in the cache, keyed by what tracing produced (so closures over
     constants are respected); built on a miss."""
-    import sympy
+    from symgrad.compiler.dag import serialize  # linear in the DAG, where srepr writes the whole tree
 
     key = source_hash(
         repr(
@@ -156,7 +156,7 @@ def compile_traced(spec: Spec) -> Path:
                 spec.origin,
                 spec.doc,
                 [(a.name, a.shape, a.diff, a.uniform) for a in spec.args],
-                [(o.shape, [sympy.srepr(e) for e in o.exprs]) for o in spec.outputs],
+                [(o.shape, [serialize(e) for e in o.exprs]) for o in spec.outputs],
                 spec.returns_tuple,
             )
         ).encode()

@@ -9,6 +9,8 @@ from __future__ import annotations
 import sympy
 from sympy.printing.str import StrPrinter
 
+from symgrad.compiler import dag
+
 
 class TermOrder:
     """Printer mixin: an Add's terms in SymPy's canonical argument order (deterministic, constants first).
@@ -49,8 +51,15 @@ class FormulaPrinter(TermOrder, PiecewiseSelects, StrPrinter):
         return self._select(self._print(c), self._print(a), self._print(b))
 
 
+#: Formulas with more nodes than this (as a tree) are shown as their size only.
+FORMULA_NODES = 20000
+
+
 def formula(expr: sympy.Basic, limit: int = 0) -> str:
     """The expression as one line; shortened with '...' past ``limit`` characters when ``limit`` > 0."""
+    size = dag.tree_size(expr)
+    if size > FORMULA_NODES:  # printing writes the tree, exponentially larger than a shared DAG
+        return f"<a formula of {size} terms, too long to show>"
     text = FormulaPrinter().doprint(expr)
     if limit and len(text) > limit:
         text = text[: limit - 3] + "..."

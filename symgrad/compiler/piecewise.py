@@ -12,8 +12,11 @@ condition compares plain symbols.
 from __future__ import annotations
 
 import sympy
-from sympy import Piecewise
+from sympy import And, Not, Or, Piecewise, Tuple
 from sympy.core.relational import Relational, _canonical_coeff
+from sympy.functions.elementary.piecewise import ExprCondPair
+
+from symgrad.compiler import dag
 
 
 class PiecewiseOperand(sympy.Function):
@@ -54,10 +57,23 @@ def branches(e: Piecewise | PiecewiseOperand) -> list[tuple[sympy.Basic, sympy.B
 
 
 def operands(cond: sympy.Basic) -> sympy.Basic:
-    """``cond`` with every Piecewise in it held as a ``PiecewiseOperand`` (innermost first)."""
-    if not isinstance(cond, sympy.Basic) or not cond.has(Piecewise):
+    """``cond`` with every Piecewise in it held as a ``PiecewiseOperand`` (innermost first), each distinct
+    sub-expression rewritten once, and no Piecewise rebuilt on the way (SymPy's construction walks its
+    conditions as a tree: exponential in the nesting of ``where``s)."""
+    if not isinstance(cond, sympy.Basic) or not dag.has(cond, Piecewise):
         return cond
-    return cond.replace(lambda e: isinstance(e, Piecewise), PiecewiseOperand.of)
+    done: dict[sympy.Basic, sympy.Basic] = {}
+    for node in dag.nodes(cond):
+        args = tuple(done[a] for a in node.args)
+        if isinstance(node, Piecewise):
+            done[node] = PiecewiseOperand(*[x for pair in args for x in pair.args])
+        elif args == node.args:
+            done[node] = node
+        elif isinstance(node, ExprCondPair):
+            done[node] = Tuple.__new__(ExprCondPair, *args)
+        else:
+            done[node] = node.func(*args)
+    return done[cond]
 
 
 def settled(rel: Relational) -> Relational:
@@ -73,15 +89,38 @@ def settled(rel: Relational) -> Relational:
     return rel.func(rel.lhs - rel.rhs, 0)
 
 
+def _settle(cond: sympy.Basic) -> sympy.Basic:
+    """The comparisons of ``cond``'s logic (not those inside held operands, settled when those were built)
+    in SymPy's canonical form, each ``settled`` first."""
+    if isinstance(cond, Relational):
+        return _canonical_coeff(settled(cond))
+    if isinstance(cond, (And, Or, Not)):
+        return cond.func(*map(_settle, cond.args))
+    return cond
+
+
+#: Conditions larger than this (as trees) are not handed to SymPy's Piecewise construction, which walks them.
+TREE_WALK_LIMIT = 2000
+
+
 def piecewise(*pairs: tuple[sympy.Basic, sympy.Basic]) -> sympy.Expr:
     """``Piecewise(*pairs)``, with any Piecewise inside a condition held as an operand (see the module) and
-    every comparison in a form that SymPy's canonicalization keeps (``settled``)."""
-    return Piecewise(
-        *[
-            (
-                sympy.sympify(v),
-                operands(sympy.sympify(c)).replace(lambda e: isinstance(e, Relational), settled),
-            )
-            for v, c in pairs
-        ]
-    )
+    every comparison in a form that SymPy's canonicalization keeps (``settled``).
+
+    SymPy's construction walks every condition as a tree (canonical forms, a search for Piecewise), which
+    is exponential for conditions on nested ``where``s, whose operands share their sub-expressions: large
+    conditions are built directly, with SymPy's canonical comparisons, ``False`` ones dropped and none after
+    a ``True`` one (what it would do short of merging repeated conditions)."""
+    held = []
+    for v, c in pairs:
+        c = _settle(operands(sympy.sympify(c)))
+        if c is sympy.false:
+            continue
+        held.append((sympy.sympify(v), c))
+        if c is sympy.true:
+            break
+    if len(held) == 1 and held[0][1] is sympy.true:
+        return held[0][0]
+    if not held or all(dag.tree_size(c) <= TREE_WALK_LIMIT for _, c in held):
+        return Piecewise(*held)
+    return sympy.Basic.__new__(Piecewise, *[Tuple.__new__(ExprCondPair, v, c) for v, c in held])

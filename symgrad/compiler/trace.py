@@ -15,6 +15,8 @@ from typing import Any
 
 import sympy
 
+from symgrad.compiler import dag
+from symgrad.compiler.hints import hint
 from symgrad.errors import ExpressionTooLarge, ModelError
 
 
@@ -141,12 +143,12 @@ def _as_scalar(value: Any, fname: str, index: str) -> sympy.Expr:
 
 
 def _check_size(expr: sympy.Expr, fname: str, limit: int) -> None:
-    for count, _ in enumerate(sympy.preorder_traversal(expr)):
-        if count > limit:
-            raise ExpressionTooLarge(
-                f"{fname}: the traced expression has more than {limit} nodes; split the function, use "
-                "sg.Vector arguments, or raise SYMGRAD_MAX_OPS"
-            )
+    """Its distinct sub-expressions (the DAG that compiling walks, not the tree) at most ``limit``."""
+    if dag.count(expr, limit) > limit:
+        raise ExpressionTooLarge(
+            f"{fname}: the traced expression has more than {limit} nodes (distinct sub-expressions); split "
+            "the function, use sg.Vector arguments, or raise SYMGRAD_MAX_OPS"
+        )
 
 
 def _size_limit() -> int:
@@ -187,8 +189,11 @@ class ForwardFunction:
                     f"{'is not an argument' if len(unknown) == 1 else 'are not arguments'} of the "
                     "function"
                 )
-        args, values = [], []
+        args, values, constants = [], [], []
         for p in params:
+            if self._constant(p):  # a default is a constant of the trace, as a closure's value is
+                constants.append(p)
+                continue
             if p.kind not in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD):
                 raise ModelError(f"{self.name}: only plain positional arguments are supported (got '{p}')")
             shape = _resolve_annotation(self.fn, p.annotation, p.name)
@@ -205,7 +210,7 @@ class ForwardFunction:
                 values.append(symbols[0])
             else:
                 values.append(sympy.Matrix(shape[0], shape[1] if len(shape) > 1 else 1, symbols))
-        result = self._call_body(values)
+        result = self._call_body(values, constants)
         returns_tuple = isinstance(result, tuple)
         items = result if returns_tuple else (result,)
         outputs = tuple(
@@ -215,10 +220,10 @@ class ForwardFunction:
         limit = _size_limit()
         for out in outputs:
             for e in out.exprs:
-                # size first: it stops after `limit` nodes, while free_symbols walks the whole tree, which is
-                # exponential in the depth of a DAG such as e = sin(e) + cos(e) repeated
+                # both walk the DAG: SymPy's free_symbols walks the tree, exponential in the depth of a DAG
+                # such as e = sin(e) + cos(e) repeated
                 _check_size(e, f"{self.origin}: {self.name}", limit)
-                stray = e.free_symbols - allowed
+                stray = dag.free_symbols(e) - allowed
                 if stray:
                     names = ", ".join(sorted(map(str, stray)))
                     raise ModelError(
@@ -229,16 +234,35 @@ class ForwardFunction:
             self.name, tuple(args), outputs, returns_tuple, self.origin, inspect.getdoc(self.fn) or ""
         )
 
-    def _call_body(self, values: list) -> Any:
+    def _constant(self, p: inspect.Parameter) -> bool:
+        """Whether parameter ``p`` is compiled in as its default value (then it is no argument of the compiled
+        function); a default on an argument declared ``nondiff`` or ``uniform`` is refused."""
+        if p.default is p.empty:
+            return False
+        declared = "uniform" if p.name in self.uniform else "nondiff" if p.name in self.nondiff else None
+        if declared:
+            raise ModelError(
+                f"{self.name}: '{p.name}' is declared {declared} and has a default ({p.default!r}); symgrad "
+                f"compiles a default in as a constant: remove the default to make '{p.name}' an argument"
+            )
+        return True
+
+    def _call_body(self, values: list, constants: list[inspect.Parameter]) -> Any:
+        values = values + [p.default for p in constants if p.kind is p.POSITIONAL_ONLY]
+        keywords = {p.name: p.default for p in constants if p.kind is not p.POSITIONAL_ONLY}
         try:
-            return self.fn(*values)
-        except ModelError:
-            raise
+            return self.fn(*values, **keywords)
         except Exception as exc:
-            tb = exc.__traceback__
-            line = ""
+            tb, lineno = exc.__traceback__, 0
             while tb is not None:
                 if tb.tb_frame.f_code is self.fn.__code__:
-                    line = f" (line {tb.tb_lineno})"
+                    lineno = tb.tb_lineno
                 tb = tb.tb_next
-            raise ModelError(f"{self.origin}: {self.name}{line}: {type(exc).__name__}: {exc}") from None
+            line = f" (line {lineno})" if lineno else ""
+            if isinstance(exc, ModelError):  # symgrad's own words (sg.where's): where in the body it happened
+                if not lineno:
+                    raise
+                raise type(exc)(f"{self.origin}: {self.name}{line}: {exc}") from None
+            advice = hint(exc, self.fn.__code__.co_filename, lineno)
+            what = f"{type(exc).__name__}: {exc}{advice}"
+            raise ModelError(f"{self.origin}: {self.name}{line}: {what}") from None
