@@ -107,24 +107,48 @@ class InPlaceOps:
         return self._inplace("div", other)
 
     def zero_(self) -> Any:
-        return self._assign("zero_", lambda data: data.fill(0))
+        return self._assign("zero_", lambda data: data.fill(0), lambda before: before * 0)
 
     def fill_(self, value: Any) -> Any:
-        return self._assign("fill_", lambda data: data.fill(_value(value)))
+        return self._assign(
+            "fill_", lambda data: data.fill(_value(value)), lambda before: before * 0 + value, value
+        )
 
     def copy_(self, src: Any) -> Any:
-        return self._assign("copy_", lambda data: np.copyto(data, np.broadcast_to(_value(src), data.shape)))
+        return self._assign(
+            "copy_",
+            lambda data: np.copyto(data, np.broadcast_to(_value(src), data.shape)),
+            lambda before: before * 0 + (src.to(before.dtype) if hasattr(src, "_rg") else src),
+            src,
+        )
 
     def clamp_(self, min: Any = None, max: Any = None) -> Any:  # noqa: A002  (PyTorch's names)
-        return self._assign("clamp_", lambda data: np.clip(data, _value(min), _value(max), out=data))
+        return self._assign(
+            "clamp_",
+            lambda data: np.clip(data, _value(min), _value(max), out=data),
+            lambda before: before.clamp(min, max),
+            min,
+            max,
+        )
 
     def __setitem__(self, index: Any, value: Any) -> None:
-        self._assign("__setitem__", lambda data: data.__setitem__(_value(index), _value(value)))
+        self._assign(
+            "__setitem__",
+            lambda data: data.__setitem__(_value(index), _value(value)),
+            lambda before: _put(before, index, value),
+            value,
+        )
 
     # -- the rules -------------------------------------------------------------------------------------
     def _refuse_leaf(self) -> None:
         if mode.enabled and self._rg and self.grad_fn is None:
             raise RuntimeError("a leaf Variable that requires grad is being used in an in-place operation.")
+
+    def _before(self) -> Any:
+        """A copy of this tensor's value, in its place on the graph: the input of the out-of-place op."""
+        from symgrad.runtime.tensor import _result
+
+        return _result(self.data.copy(), self.grad_fn if self._rg else None, self._oi)
 
     def _inplace(self, name: str, other: Any) -> Any:
         """``self (op)= other``: on the arrays outside the graph, else recorded as ``self (op) other``."""
@@ -135,10 +159,8 @@ class InPlaceOps:
             bump(self.data)
             return self
         from symgrad.runtime.elementwise import call
-        from symgrad.runtime.tensor import _result
 
-        before = _result(self.data.copy(), self.grad_fn, self._oi) if self._rg else _result(self.data.copy())
-        new = call(name, before, other)
+        new = call(name, self._before(), other)
         if new.data.dtype != self.data.dtype:
             _cast_error(new.data.dtype, self.data.dtype)
         np.copyto(self.data, new.data)
@@ -146,20 +168,43 @@ class InPlaceOps:
         self.grad_fn, self._oi, self._rg = new.grad_fn, new._oi, new._rg
         return self
 
-    def _assign(self, name: str, write: Any) -> Any:
-        """An in-place write with no derivative rule here: outside the graph only."""
+    def _assign(self, name: str, write: Any, graph: Any, *sources: Any) -> Any:
+        """An in-place write: ``write`` changes the array; where the graph is involved (this tensor or a
+        source requires grad) ``graph(before)``, the same write out of place, records its derivative."""
         self._refuse_leaf()
-        if mode.enabled and self._rg:
-            raise RuntimeError(
-                f"{name} on a tensor that is part of the autograd graph is not supported; call it under "
-                "sg.no_grad() or on a detached tensor"
+        new = None
+        if mode.enabled and (self._rg or any(getattr(s, "_rg", False) for s in sources)):
+            from symgrad.runtime.tensor import _result
+
+            before = (
+                _result(self.data.copy(), self.grad_fn, self._oi) if self._rg else _result(self.data.copy())
             )
+            new = graph(before)
         try:
             write(self.data)
         except TypeError as exc:  # NumPy's casting refusal, in PyTorch's words
             raise RuntimeError(f"{name}: {exc}") from None
         bump(self.data)
+        if new is not None:
+            self.grad_fn, self._oi, self._rg = new.grad_fn, new._oi, new._rg
         return self
+
+
+def _put(before: Any, index: Any, value: Any) -> Any:
+    """``before`` with ``value`` written at ``index``, out of place: the gradient reaches ``before`` outside
+    ``index`` and ``value`` (summed to its shape) inside it."""
+    from symgrad.runtime import shape_ops
+
+    index = shape_ops._plain_index(index)
+    keep = np.ones(before.data.shape, before.data.dtype)
+    keep[index] = 0
+    if not hasattr(value, "_rg"):
+        value = np.asarray(value, before.data.dtype)
+    elif value.data.dtype != before.data.dtype:
+        value = value.to(before.data.dtype)
+    selected = before.data[index].shape
+    spread = shape_ops.broadcast_to(value, selected) if value.shape != selected else value
+    return before * keep + shape_ops.index_add(spread, before.data.shape, before.data.dtype, index)
 
 
 def _value(x: Any) -> Any:

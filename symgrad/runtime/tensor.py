@@ -8,7 +8,7 @@ tensor times 2.0 stays float32.
 from __future__ import annotations
 
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -16,6 +16,7 @@ import numpy as np
 from symgrad.runtime import autograd
 from symgrad.runtime.autograd import _Handle
 from symgrad.runtime.inplace import InPlaceOps
+from symgrad.runtime.tensor_methods import TensorMethods
 
 _new = object.__new__
 
@@ -49,9 +50,10 @@ def _result(data: Any, node: Any = None, index: int = 0) -> Tensor:
     return t
 
 
-class Tensor(InPlaceOps):
+class Tensor(TensorMethods, InPlaceOps):
     """An n-dimensional array that records the operations applied to it when it requires grad; in-place
-    operations (``add_``, ``+=``, ``zero_``, ``t[i] = v``, ...) follow PyTorch's rules (``inplace``)."""
+    operations (``add_``, ``+=``, ``zero_``, ``t[i] = v``, ...) follow PyTorch's rules (``inplace``); more
+    of PyTorch's methods (``to``, ``unsqueeze``, ``clamp``, ``softmax``, ...) are in ``tensor_methods``."""
 
     __slots__ = ("data", "grad", "grad_fn", "_rg", "_oi", "_hooks", "__weakref__")
     __array_ufunc__ = None  # ndarray (op) Tensor defers to Tensor's reflected operator
@@ -310,25 +312,12 @@ class Tensor(InPlaceOps):
 
     view = reshape
 
-    def transpose(self, dim0: int, dim1: int) -> Tensor:
-        """Swap two dimensions (torch's ``transpose``; see ``permute`` for any order)."""
-        perm = list(range(self.data.ndim))
-        perm[dim0], perm[dim1] = perm[dim1], perm[dim0]
-        return _so.permute(self, tuple(perm))
-
     def permute(self, *dims: Any) -> Tensor:
         return _so.permute(self, tuple(dims[0] if len(dims) == 1 and not isinstance(dims[0], int) else dims))
 
     @property
     def T(self) -> Tensor:  # noqa: N802
         return _so.permute(self, tuple(range(self.data.ndim - 1, -1, -1)))
-
-    @property
-    def mT(self) -> Tensor:  # noqa: N802
-        return self.transpose(-2, -1)
-
-    def broadcast_to(self, shape: Sequence[int]) -> Tensor:
-        return _so.broadcast_to(self, tuple(shape))
 
     def __getitem__(self, index: Any) -> Tensor:
         return _so.getitem(self, index)
