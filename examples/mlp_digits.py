@@ -95,7 +95,8 @@ def main(argv: list[str] | None = None) -> float:
     parser.add_argument("--mnist", type=Path, help="MNIST as an .npz or a directory of IDX files")
     args = parser.parse_args(argv)
 
-    np.random.seed(args.seed)
+    np.random.seed(args.seed)  # the batch order
+    sg.manual_seed(args.seed)  # the initial weights
     x_train, x_test, y_train, y_test = load_mnist(args.mnist) if args.mnist else load_digits(args.seed)
     mean, std = x_train.mean(axis=0), x_train.std(axis=0) + 0.1  # per-pixel standardisation (train stats)
     x_train, x_test = (x_train - mean) / std, (x_test - mean) / std

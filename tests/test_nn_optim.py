@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -11,6 +13,7 @@ import pytest
 import symgrad as sg
 
 nn, F = sg.nn, sg.nn.functional
+ROOT = Path(__file__).resolve().parents[1]
 
 
 class Net(nn.Module):
@@ -267,3 +270,17 @@ def test_a_small_mlp_learns():
     with sg.no_grad():
         accuracy = (net(sg.tensor(x)).data.argmax(1) == y).mean()
     assert accuracy > 0.95
+
+
+def test_mlp_lowlevel_example_trains_digits_to_96_percent():
+    """examples/mlp_lowlevel.py: tensors with requires_grad, ``p -= lr * p.grad`` under no_grad, zero_()."""
+    pytest.importorskip("sklearn")
+    run = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "mlp_lowlevel.py")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert run.returncode == 0, run.stderr
+    accuracy = float(re.search(r"final test accuracy (\S+)", run.stdout).group(1))
+    assert accuracy >= 0.96, run.stdout

@@ -1,48 +1,144 @@
 """Functional forms of layers and losses (``sg.nn.functional``, like ``torch.nn.functional``).
 
-``linear`` and ``cross_entropy`` are one tape node each with an explicit rule; the rest compose Tensor ops
-(whose elementwise parts are compiled primitives).
+``linear``, ``cross_entropy`` and ``embedding`` are one tape node each with an explicit rule; ``gelu``,
+``silu`` and ``binary_cross_entropy_with_logits`` are compiled symgrad functions (``nn/model.py``, one node
+each, derivatives derived); the rest compose Tensor ops (whose elementwise parts are compiled primitives).
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from symgrad.compiled import load_model
+from symgrad.nn.reduction import check_reduction, reduce_loss
+from symgrad.nn.softmax import cross_entropy, log_softmax, nll_loss, softmax
 from symgrad.runtime.autograd import Node
-from symgrad.runtime.shape_ops import _record, _tracked, matmul, permute, reduce_sum, reshape
+from symgrad.runtime.compiled_node import apply_compiled
+from symgrad.runtime.rng import default_generator
+from symgrad.runtime.shape_ops import _record, _tracked, index_add, matmul, permute, reduce_sum, reshape
 from symgrad.runtime.tensor import Tensor, _result
+
+_MODEL = Path(__file__).with_name("model.py")
+_compiled: dict[str, Any] = {}
+
+
+def _kernel(name: str) -> Any:
+    """Compiled function ``name`` of ``nn/model.py`` (the file is compiled on first use, then cached)."""
+    if not _compiled:
+        _compiled.update(load_model(_MODEL))
+    return _compiled[name]
 
 
 def relu(x: Tensor) -> Tensor:
     return x.relu()
 
 
-def softmax(x: Tensor, dim: int = -1) -> Tensor:
-    """exp(x) / sum(exp(x)) along ``dim``, shifted by the (constant) maximum so that exp never overflows."""
-    e = (x - x.detach().max(axis=dim, keepdims=True)).exp()
-    return e / e.sum(axis=dim, keepdims=True)
+def gelu(input: Tensor, approximate: str = "none") -> Tensor:  # noqa: A002  (torch's names)
+    """x * Phi(x) (``approximate='tanh'``: PyTorch's tanh approximation), a compiled symgrad function."""
+    if approximate not in ("none", "tanh"):
+        raise RuntimeError(f"approximate argument must be either none or tanh. Got {approximate}")
+    return apply_compiled(_kernel("gelu" if approximate == "none" else "gelu_tanh"), (input,))
 
 
-def log_softmax(x: Tensor, dim: int = -1) -> Tensor:
-    """x - logsumexp(x) along ``dim``, stable."""
-    shifted = x - x.detach().max(axis=dim, keepdims=True)
-    return shifted - shifted.exp().sum(axis=dim, keepdims=True).log()
+def silu(input: Tensor, inplace: bool = False) -> Tensor:  # noqa: A002
+    """x * sigmoid(x), a compiled symgrad function."""
+    out = apply_compiled(_kernel("silu"), (input,))
+    return input.copy_(out.data) if inplace else out
+
+
+def dropout(input: Tensor, p: float = 0.5, training: bool = True, inplace: bool = False) -> Tensor:  # noqa: A002
+    """Zero each element with probability ``p`` and scale the rest by 1/(1-p) (identity when not
+    ``training``). The mask comes from symgrad's generator: seed it with ``sg.manual_seed``."""
+    if p < 0.0 or p > 1.0:
+        raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
+    if not training or p == 0.0:
+        return input
+    keep = default_generator().random(input.shape) >= p
+    dtype = input.dtype if input.dtype.kind == "f" else np.float32
+    scale = keep.astype(dtype) * dtype.type(1.0 / (1.0 - p)) if p < 1.0 else np.zeros(input.shape, dtype)
+    return input.mul_(scale) if inplace else input * scale
+
+
+def layer_norm(
+    input: Tensor,  # noqa: A002
+    normalized_shape: Any,
+    weight: Tensor | None = None,
+    bias: Tensor | None = None,
+    eps: float = 1e-5,
+) -> Tensor:
+    """(x - mean) / sqrt(var + eps) over the last ``len(normalized_shape)`` dimensions (biased variance),
+    then ``* weight + bias``."""
+    shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
+    if not shape or input.shape[input.ndim - len(shape) :] != shape or input.ndim < len(shape):
+        raise RuntimeError(
+            f"Given normalized_shape={list(shape)}, expected input with shape [*, "
+            f"{', '.join(map(str, shape))}], but got input of size{list(input.shape)}"
+        )
+    axes = tuple(range(input.ndim - len(shape), input.ndim))
+    centred = input - input.mean(axis=axes, keepdims=True)
+    out = centred * ((centred * centred).mean(axis=axes, keepdims=True) + eps).sqrt().reciprocal()
+    if weight is not None:
+        out = out * weight
+    return out if bias is None else out + bias
+
+
+def embedding(input: Any, weight: Tensor, padding_idx: int | None = None) -> Tensor:  # noqa: A002
+    """Rows of ``weight`` (num_embeddings, dim) at the integer indices ``input``; the row at ``padding_idx``
+    gets no gradient."""
+    idx = np.asarray(input.data if isinstance(input, Tensor) else input)
+    if idx.dtype.kind not in "iu":
+        raise RuntimeError(
+            "Expected tensor for argument #1 'indices' to have one of the following scalar types: Long, Int;"
+            f" but got {idx.dtype} instead (while checking arguments for embedding)"
+        )
+    n = weight.shape[0]
+    if idx.size and (idx.min() < 0 or idx.max() >= n):
+        raise IndexError("index out of range in self")
+    out = weight.data[idx]
+    if _tracked(weight) is None:
+        return _result(out)
+    if padding_idx is not None and padding_idx < 0:
+        padding_idx += n
+    return _record(out, _embedding_backward, (weight,), None, (idx, padding_idx), "EmbeddingBackward")
+
+
+def _embedding_backward(node: Node, grads: list, graph: bool) -> tuple:
+    idx, padding_idx = node.ctx
+    weight, g = node.inputs[0].data, grads[0]
+    shape, dtype = weight.shape, weight.dtype
+    if padding_idx is not None:
+        g = g * (idx != padding_idx)[..., None].astype(dtype)
+    return (index_add(g, shape, dtype, idx),)
 
 
 def mse_loss(input: Tensor, target: Any, reduction: str = "mean") -> Tensor:  # noqa: A002  (torch's names)
-    return _reduce((input - target).square(), reduction)
+    return reduce_loss((input - target).square(), reduction)
 
 
-def _reduce(losses: Tensor, reduction: str) -> Tensor:
-    if reduction == "mean":
-        return losses.mean()
-    if reduction == "sum":
-        return losses.sum()
-    if reduction == "none":
-        return losses
-    raise ValueError(f"{reduction} is not a valid value for reduction")
+def binary_cross_entropy_with_logits(
+    input: Tensor,  # noqa: A002
+    target: Any,
+    weight: Any = None,
+    reduction: str = "mean",
+    pos_weight: Any = None,
+) -> Tensor:
+    """Logistic loss of logits against targets in [0, 1]: ``(1 - y) x - logsigmoid(x)``, stable for any
+    logit (a compiled symgrad function); ``pos_weight`` weights the positive term, ``weight`` each element."""
+    if not isinstance(target, Tensor):
+        target = np.asarray(target, input.dtype)
+    if target.shape != input.shape:
+        raise ValueError(
+            f"Target size ({list(target.shape)}) must be the same as input size ({list(input.shape)})"
+        )
+    check_reduction(reduction)
+    if pos_weight is None:
+        losses = apply_compiled(_kernel("bce_with_logits"), (input, target))
+    else:
+        losses = apply_compiled(_kernel("bce_with_logits_pos_weight"), (input, target, pos_weight))
+    return reduce_loss(losses if weight is None else losses * weight, reduction)
 
 
 def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
@@ -68,43 +164,23 @@ def _linear_backward(node: Node, grads: list, graph: bool) -> tuple:
     return gx, gw, gb
 
 
-def cross_entropy(input: Tensor, target: Any, reduction: str = "mean") -> Tensor:  # noqa: A002
-    """Softmax cross-entropy of logits (N, C) against class indices (N,); one node whose backward is
-    ``softmax(input) - onehot(target)`` (scaled by the reduction)."""
-    logits = input.data
-    labels = np.asarray(target.data if isinstance(target, Tensor) else target)
-    if logits.ndim != 2 or labels.shape != logits.shape[:1] or labels.dtype.kind not in "iu":
-        raise ValueError(
-            f"cross_entropy expects logits of shape (N, C) and integer class indices of shape "
-            f"(N,); got {logits.shape} and {labels.shape} {labels.dtype}"
-        )
-    if reduction not in ("mean", "sum", "none"):
-        raise ValueError(f"{reduction} is not a valid value for reduction")
-    rows = np.arange(len(labels))
-    shifted = logits - logits.max(axis=1, keepdims=True)
-    exp = np.exp(shifted)
-    total = exp.sum(axis=1, keepdims=True)
-    losses = np.log(total[:, 0]) - shifted[rows, labels]
-    out = losses.mean() if reduction == "mean" else losses.sum() if reduction == "sum" else losses
-    if _tracked(input) is None:
-        return _result(out)
-    exp /= total
-    return _record(
-        out, _cross_entropy_backward, (input,), (exp, input), (labels, reduction), "NllLossBackward"
-    )
+__all__ = [
+    "linear",
+    "relu",
+    "gelu",
+    "silu",
+    "softmax",
+    "log_softmax",
+    "dropout",
+    "layer_norm",
+    "embedding",
+    "mse_loss",
+    "cross_entropy",
+    "nll_loss",
+    "binary_cross_entropy_with_logits",
+]
 
 
-def _cross_entropy_backward(node: Node, grads: list, graph: bool) -> tuple:
-    probs, logits = node.saved
-    labels, reduction = node.ctx
-    g = grads[0]
-    n = len(labels)
-    scale = g / n if reduction == "mean" else g if reduction == "sum" else reshape(g, (n, 1))
-    if graph:
-        onehot = np.zeros_like(probs)
-        onehot[np.arange(n), labels] = 1
-        return ((softmax(logits, 1) - onehot) * scale,)
-    grad = probs.copy()
-    grad[np.arange(n), labels] -= 1
-    grad *= scale
-    return (grad,)
+def __dir__() -> list[str]:
+    """The public names, not the modules and helpers this module imports (``np``, ``Any``, ...)."""
+    return sorted(__all__)

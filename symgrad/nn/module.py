@@ -3,18 +3,35 @@
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any, NamedTuple
 
 import numpy as np
 
 from symgrad.nn.parameter import Parameter
+from symgrad.runtime.autograd import no_grad
+from symgrad.runtime.inplace import bump
 from symgrad.runtime.tensor import Tensor
 
 
 class IncompatibleKeys(NamedTuple):
     missing_keys: list[str]
     unexpected_keys: list[str]
+
+
+def zero_grads(params: Iterable[Tensor], set_to_none: bool = True) -> None:
+    """``zero_grad`` of modules and optimizers: each ``.grad`` to None, or zeroed in place (the same Tensor,
+    taken off the graph first if it was computed with ``create_graph``)."""
+    for p in params:
+        if p.grad is None:
+            continue
+        if set_to_none:
+            p.grad = None
+            continue
+        if p.grad.requires_grad:
+            p.grad = p.grad.detach()
+        p.grad.data[...] = 0
+        bump(p.grad.data)
 
 
 class Module:
@@ -46,6 +63,22 @@ class Module:
         self._parameters.pop(name, None)
         self._modules.pop(name, None)
         object.__delattr__(self, name)
+
+    def add_module(self, name: str, module: Module | None) -> None:
+        """Register ``module`` under ``name`` (as attribute assignment does), with torch's checks."""
+        if module is not None and not isinstance(module, Module):
+            raise TypeError(f"{type(module).__name__} is not a Module subclass")
+        if not isinstance(name, str):
+            raise TypeError(f"module name should be a string. Got {type(name).__name__}")
+        if hasattr(self, name) and name not in self._modules:
+            raise KeyError(f"attribute '{name}' already exists")
+        if "." in name:
+            raise KeyError(f'module name can\'t contain ".", got: {name}')
+        if name == "":
+            raise KeyError('module name can\'t be empty string ""')
+        setattr(self, name, module)
+
+    register_module = add_module
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         name = type(self).__name__
@@ -89,20 +122,55 @@ class Module:
 
     # -- training state --------------------------------------------------------------------------------------
     def zero_grad(self, set_to_none: bool = True) -> None:
-        """Reset every parameter's ``.grad`` (to None, as torch does by default)."""
-        for p in self.parameters():
-            if set_to_none or p.grad is None:
-                p.grad = None
-            else:
-                p.grad = Tensor(np.zeros_like(p.data))
+        """Reset every parameter's ``.grad``: to None by default (as torch 2.x), else to zeros in place."""
+        zero_grads(self.parameters(), set_to_none)
 
     def train(self, mode: bool = True) -> Module:
+        """Set ``training`` on this module and every submodule (``Dropout`` acts only while training)."""
+        if not isinstance(mode, bool):
+            raise ValueError("training mode is expected to be boolean")
         for m in self.modules():
             object.__setattr__(m, "training", mode)
         return self
 
     def eval(self) -> Module:
+        """``train(False)``."""
         return self.train(False)
+
+    def requires_grad_(self, requires_grad: bool = True) -> Module:
+        """Set ``requires_grad`` of every parameter (``False`` freezes the module)."""
+        for p in self.parameters():
+            p.requires_grad_(requires_grad)
+        return self
+
+    def apply(self, fn: Any) -> Module:
+        """Call ``fn(module)`` on every submodule (children first) and on this module."""
+        for child in self.children():
+            child.apply(fn)
+        fn(self)
+        return self
+
+    def to(self, dtype: Any) -> Module:
+        """Cast every floating parameter (and its gradient) to ``dtype``, keeping the Parameter objects."""
+        dtype = np.dtype(dtype)
+        if dtype.kind != "f":
+            raise TypeError(
+                f"nn.Module.to only accepts floating point or complex dtypes, but got desired dtype={dtype}"
+            )
+        for p in self.parameters():
+            if p.data.dtype.kind == "f":
+                p.data = p.data.astype(dtype)
+                if p.grad is not None:
+                    p.grad = Tensor(p.grad.data.astype(dtype))
+        return self
+
+    def float(self) -> Module:
+        """``to(float32)``."""
+        return self.to(np.float32)
+
+    def double(self) -> Module:
+        """``to(float64)``."""
+        return self.to(np.float64)
 
     # -- persistence ----------------------------------------------------------------------------------------
     def state_dict(self) -> OrderedDict[str, Tensor]:
@@ -137,9 +205,10 @@ class Module:
             raise RuntimeError(
                 f"Error(s) in loading state_dict for {type(self).__name__}:\n\t" + "\n\t".join(errors)
             )
-        for name, value in state_dict.items():
-            if name in own:
-                np.copyto(own[name].data, value.data if isinstance(value, Tensor) else np.asarray(value))
+        with no_grad():
+            for name, value in state_dict.items():
+                if name in own:
+                    own[name].copy_(value.data if isinstance(value, Tensor) else np.asarray(value))
         return IncompatibleKeys(missing, unexpected)
 
     # -- display ---------------------------------------------------------------------------------------------
