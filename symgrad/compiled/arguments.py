@@ -41,6 +41,62 @@ def check_arity(fn_name: str, arg_names: Sequence[str], n_given: int) -> None:
         )
 
 
+def bind(fn_name: str, arg_names: Sequence[str], args: tuple, kwargs: dict) -> tuple:
+    """``args`` and ``kwargs`` as one value per argument in order, by the user's parameter names; unknown,
+    duplicate and missing arguments raise with Python's own ``TypeError`` wording."""
+    if not kwargs:
+        return args
+    if len(args) > len(arg_names):
+        check_arity(fn_name, arg_names, len(args))
+    values = dict(zip(arg_names, args))
+    for name, value in kwargs.items():
+        if name not in arg_names:
+            raise ArgumentError(f"{fn_name}() got an unexpected keyword argument '{name}'")
+        if name in values:
+            raise ArgumentError(f"{fn_name}() got multiple values for argument '{name}'")
+        values[name] = value
+    missing = [f"'{n}'" for n in arg_names if n not in values]
+    if missing:
+        listed = (
+            " and ".join(missing) if len(missing) < 3 else ", ".join(missing[:-1]) + ", and " + missing[-1]
+        )
+        plural = "argument" if len(missing) == 1 else "arguments"
+        raise ArgumentError(f"{fn_name}() missing {len(missing)} required positional {plural}: {listed}")
+    return tuple(values[n] for n in arg_names)
+
+
+def jacobian_columns(
+    fn_name: str,
+    arg_names: Sequence[str],
+    arg_shapes: Sequence[tuple],
+    arg_diff: Sequence[bool],
+    wrt: str | Sequence[str] | None,
+) -> np.ndarray | None:
+    """The columns of the full Jacobian (every differentiable argument, flattened, in order) that belong to
+    the arguments named in ``wrt``, in its order; None for all of them (``wrt`` None)."""
+    if wrt is None:
+        return None
+    wrt = (wrt,) if isinstance(wrt, str) else tuple(wrt)
+    starts, start = {}, 0
+    for name, shape, diff in zip(arg_names, arg_shapes, arg_diff):
+        if diff:
+            starts[name] = (start, start + int(np.prod(shape, dtype=int)))
+            start = starts[name][1]
+    for name in wrt:
+        if name not in arg_names:
+            raise ArgumentError(
+                f"{fn_name}: wrt= names '{name}', which is not an argument "
+                f"(arguments: {', '.join(arg_names)})"
+            )
+        if name not in starts:
+            raise ArgumentError(
+                f"{fn_name}: wrt= names '{name}', which is nondiff (it has no Jacobian columns)"
+            )
+    if len(set(wrt)) != len(wrt):
+        raise ArgumentError(f"{fn_name}: wrt= names an argument twice ({', '.join(wrt)})")
+    return np.concatenate([np.arange(*starts[name]) for name in wrt] or [np.zeros(0, dtype=int)])
+
+
 def split_cotangents(
     fn_name: str, what: str, n_args: int, n_outputs: int, values: tuple
 ) -> tuple[tuple, tuple]:

@@ -192,10 +192,12 @@ def run_backward(
             grads = buffers.pop(node, None)
             if grads is None:
                 continue
-            if len(grads) > 1 and any(g is None for g in grads):
+            # an output that got no gradient gets zeros, unless its backward takes None (``sg.Function``'s
+            # ``set_materialize_grads(False)``: the backward itself decides, per call)
+            if len(grads) > 1 and any(g is None for g in grads) and not hasattr(node.backward, "takes_none"):
                 grads = [_zeros(meta, graph) if g is None else g for g, meta in zip(grads, node.outs)]
             if node.hooks:
-                grads = [_run_hooks(node.hooks, i, g, graph) for i, g in enumerate(grads)]
+                grads = [g if g is None else _run_hooks(node.hooks, i, g, graph) for i, g in enumerate(grads)]
             if capture is not None:
                 captured[node] = grads
             saved = node.saved
