@@ -20,7 +20,7 @@ from symgrad.compiler.ir import Kernel, Program, Slot
 
 from . import ExpressionPrinter, ModelInfo, one_line, register
 
-HELPERS = "_sg"  # symgrad.backends.npfuncs: xlogy, erf and packing for arrays
+HELPERS = "_sg"  # symgrad.backends.npfuncs: xlogy, the special functions and packing for arrays
 
 
 def _strong_constant(expr) -> bool:
@@ -137,8 +137,16 @@ class SymgradNumPyPrinter(ExpressionPrinter, TermOrder, PiecewiseSelects, NumPyP
     def _helper(self, expr):
         return f"{HELPERS}.{type(expr).__name__}({', '.join(self._print(a) for a in expr.args)})"
 
-    _print_xlogy = _helper
-    _print_erf = _print_erfc = _helper
+
+#: Functions printed as calls of the helper module's function of the same name (SciPy's special functions,
+#: dtype-preserving; xlogy): ``_sg.gamma(x)``.
+HELPER_FUNCTIONS = (
+    "xlogy", "erf", "erfc", "erfinv", "erfcx", "loggamma", "gamma", "polygamma", "beta", "betaln", "exp2",
+    "log2", "log10", "cbrt", "sinc", "Mod", "frac", "j0", "j1", "i0", "i1", "i0e", "i1e",
+    "i0e_minus_i1e", "digamma_difference", "erfcx_grad", "root",
+)  # fmt: skip
+for _name in HELPER_FUNCTIONS:
+    setattr(SymgradNumPyPrinter, f"_print_{_name}", SymgradNumPyPrinter._helper)
 
 
 def _unpack(slot: Slot) -> list[str]:
@@ -183,9 +191,13 @@ class NumPyEmitter:
         ]
         body = [line for slot in program.inputs for line in _unpack(slot)]
         self.printer.uses_dtype = False
+        packed = {s for slot in program.outputs if slot.shape for s in slot.symbols}
         for a in program.body:
             note = f"  # {one_line(a.note)}" if a.note else ""
-            body.append(f"{a.target} = {self.printer.doprint(a.expr)}{note}")
+            value = self.printer.doprint(a.expr)
+            if a.target in packed and a.expr.is_number:  # packed as is, an int64 or float64 array
+                value, self.printer.uses_dtype = f"numpy.asarray({value}, dtype)", True
+            body.append(f"{a.target} = {value}{note}")
         if self.printer.uses_dtype:  # the dtype the backend computes in (Python numbers are weak)
             body.insert(0, f"dtype = numpy.result_type({params})")
         lines += [f"        {line}" for line in body or ["pass"]]

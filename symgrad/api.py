@@ -8,6 +8,7 @@ no SymPy when the model is unchanged.)
 
 from __future__ import annotations
 
+import inspect
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -15,9 +16,9 @@ from typing import Any
 import sympy
 
 from symgrad.build.compile import compile_traced
-from symgrad.compiled import CompiledFunction, load_package
+from symgrad.compiled import CompiledFunction, load_package, reference
 from symgrad.compiler.trace import ForwardFunction
-from symgrad.errors import ModelError
+from symgrad.errors import ArgumentError, ModelError
 
 
 class SymbolicFunction(ForwardFunction):
@@ -27,10 +28,24 @@ class SymbolicFunction(ForwardFunction):
         super().__init__(fn, nondiff, uniform)
         self._compiled: CompiledFunction | None = None
         self._compiling = threading.Lock()
+        params = inspect.signature(fn).parameters.values()
+        #: parameters compiled in as their default values (``ForwardFunction._constant``), in order
+        self._constants = {p.name: p.default for p in params if p.default is not p.empty}
+        self._n_arguments = len(params) - len(self._constants)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        if any(isinstance(a, (sympy.Basic, sympy.MatrixBase)) for a in args):
-            return self.fn(*args)
+        if any(isinstance(a, (sympy.Basic, sympy.MatrixBase)) for a in (*args, *kwargs.values())):
+            return self.fn(*args, **kwargs)
+        if self._constants and (
+            len(args) > self._n_arguments or not self._constants.keys().isdisjoint(kwargs)
+        ):
+            given = [n for n in self._constants if n in kwargs] or list(self._constants)
+            name = given[0]
+            raise ArgumentError(
+                f"{self.name}(): '{name}' has a default ({self._constants[name]!r}), which is compiled into "
+                f"{self.name} as a constant; to pass it per call, declare it without a default "
+                f"(and uniform=({name!r},) for one number per call)"
+            )
         return self.compiled()(*args, **kwargs)
 
     def compiled(self) -> CompiledFunction:
@@ -54,13 +69,31 @@ class SymbolicFunction(ForwardFunction):
         """(outputs, output tangents), forward mode."""
         return self.compiled().jvp(inputs, tangents)
 
-    def jacobian(self, *args: Any):
-        """Dense per-row Jacobian blocks, shape ``batch + (n_out, n_in)``."""
-        return self.compiled().jacobian(*args)
+    def jacobian(self, *args: Any, wrt: str | tuple[str, ...] | None = None, **kwargs: Any):
+        """Dense per-row Jacobian blocks, shape ``batch + (n_out, n_in)``; ``wrt``: some arguments only."""
+        return self.compiled().jacobian(*args, wrt=wrt, **kwargs)
 
-    def value_and_jacobian(self, *args: Any, out: Any = None) -> tuple:
+    def value_and_jacobian(
+        self, *args: Any, out: Any = None, wrt: str | tuple[str, ...] | None = None, **kwargs: Any
+    ) -> tuple:
         """(outputs, per-row Jacobian blocks) from one fused kernel."""
-        return self.compiled().value_and_jacobian(*args, out=out)
+        return self.compiled().value_and_jacobian(*args, out=out, wrt=wrt, **kwargs)
+
+    def hessian(self, *args: Any, **kwargs: Any):
+        """Dense per-row Hessian blocks, ``batch + (n_out, n_in, n_in)`` (``(n_in, n_in)`` for one output)."""
+        return self.compiled().hessian(*args, **kwargs)
+
+    def value_jacobian_hessian(self, *args: Any, out: Any = None, **kwargs: Any) -> tuple:
+        """(outputs, J, H) from one fused kernel."""
+        return self.compiled().value_jacobian_hessian(*args, out=out, **kwargs)
+
+    def hvp(self, primals: tuple, tangents: tuple, cotangent: Any = None) -> tuple:
+        """Per argument, the Hessian(-of-<cotangent, outputs>)-vector product, one fused kernel."""
+        return self.compiled().hvp(primals, tangents, cotangent)
+
+    def __reduce__(self) -> tuple:
+        """Pickled as a reference: its module and name, or its compiled package (``compiled.reference``)."""
+        return reference.reduce_symbolic(self)
 
     def source(self, target: str = "numpy") -> str:
         return self.compiled().source(target)
@@ -76,6 +109,13 @@ class SymbolicFunction(ForwardFunction):
     @property
     def derivatives(self) -> dict[str, str]:
         return self.compiled().derivatives
+
+    def plot(self, range: tuple[float, float] = (-3.0, 3.0), **options: Any):  # noqa: A002
+        """A matplotlib Figure of this function and its derivative over ``range`` (``symgrad.plot.plot``:
+        ``wrt=``, ``at=``, ``output=``, ``points=``, ``path=``)."""
+        from symgrad.plot import plot
+
+        return plot(self, range, **options)
 
 
 def function(

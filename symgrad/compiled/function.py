@@ -19,17 +19,21 @@ from symgrad.compiled.arguments import (
     FLOAT64_MAX_INT,
     as_array,
     batch_shape,
+    bind,
     broadcast_batches,
     check_arity,
     check_dtype,
     check_number,
     check_number_range,
     is_number,
+    jacobian_columns,
     out_problem,
     split_cotangents,
     sum_to_shape,
     uniform_value,
 )
+from symgrad.compiled.higher import SecondOrder
+from symgrad.compiled.lazy import lazy_arrays
 from symgrad.errors import ArgumentError
 
 _F64, _F32 = abi.FLOAT_DTYPES
@@ -75,8 +79,9 @@ def _same_shape_floats(values: Sequence) -> tuple[Sequence, np.dtype, tuple] | N
     return values, dtype, shape
 
 
-class CompiledFunction:
-    """Forward, vjp and fused value_and_vjp of one function; see ``docs/contracts.md``."""
+class CompiledFunction(SecondOrder):
+    """Forward, vjp and fused value_and_vjp of one function (second order: ``SecondOrder``); see
+    ``docs/contracts.md``."""
 
     def __init__(self, package: Package, entry: dict) -> None:
         #: the package it was loaded from (``symgrad.build.package.Package``)
@@ -217,15 +222,20 @@ class CompiledFunction:
                 raise ArgumentError(f"{self.name}: out[{k}] overlaps an argument or another out= buffer")
         return outs
 
-    def forward(self, *args: Any, out: Any = None) -> tuple[np.ndarray, ...]:
-        """The outputs as a tuple, never recording on a tape; ``out=``: arrays to write them into."""
+    @lazy_arrays
+    def forward(self, *args: Any, out: Any = None, **kwargs: Any) -> tuple[np.ndarray, ...]:
+        """The outputs as a tuple, never recording on a tape; ``out=``: arrays to write them into. Arguments
+        by position or by name, as for a Python function."""
+        args = bind(self.name, self.arg_names, args, kwargs)
         check_arity(self.name, self.arg_names, len(args))
         arrays, dtype, batch = self._arrays(args, self.arg_shapes, self.arg_names)
         return self.kernel("forward", dtype)(
             tuple(arrays), batch, self._out(out, "forward", dtype, batch, arrays)
         )
 
-    def __call__(self, *args: Any, out: Any = None) -> Any:
+    def __call__(self, *args: Any, out: Any = None, **kwargs: Any) -> Any:
+        if kwargs:
+            args = bind(self.name, self.arg_names, args, kwargs)
         tensor, apply_compiled = _tensor_hook
         for a in args:
             if type(a) is not np.ndarray and isinstance(a, tensor):
@@ -234,6 +244,7 @@ class CompiledFunction:
                 return apply_compiled(self, args)
         return self._package_outputs(self.forward(*args, out=out))
 
+    @lazy_arrays
     def _vjp_call(
         self, program: str, values: tuple, what: str, out: Any = None, needed: tuple | None = None
     ) -> tuple[tuple, tuple]:
@@ -298,6 +309,7 @@ class CompiledFunction:
         outs, grads = self._vjp_call("value_and_vjp", args_and_cotangents, "value_and_vjp", out)
         return self._package_outputs(outs), grads
 
+    @lazy_arrays
     def jvp(self, inputs: tuple, tangents: tuple) -> tuple[Any, Any]:
         """Forward mode, like ``jax.jvp``: (outputs, output tangents) for argument ``tangents`` (None in the
         place of a ``nondiff`` argument)."""
@@ -325,15 +337,24 @@ class CompiledFunction:
         n = self.n_outputs
         return self._package_outputs(results[:n]), self._package_outputs(results[n:])
 
-    def value_and_jacobian(self, *args: Any, out: Any = None) -> tuple[Any, np.ndarray]:
+    @lazy_arrays
+    def value_and_jacobian(
+        self, *args: Any, out: Any = None, wrt: str | Sequence[str] | None = None, **kwargs: Any
+    ) -> tuple[Any, np.ndarray]:
         """(outputs, J) with J of shape ``batch + (n_out, n_in)``: rows are the flattened outputs in order,
         columns the flattened differentiable (not ``nondiff``) arguments in order (each row-major), from one
-        fused kernel; ``out=``: arrays for the outputs, then J (e.g. a view of a sparse matrix's values)."""
+        fused kernel; ``out=``: arrays for the outputs, then J (e.g. a view of a sparse matrix's values);
+        ``wrt=("q", "v")``: the columns of those arguments only, in that order."""
+        args = bind(self.name, self.arg_names, args, kwargs)
         check_arity(self.name, self.arg_names, len(args))
+        columns = jacobian_columns(self.name, self.arg_names, self.arg_shapes, self.arg_diff, wrt)
+        if columns is not None and out is not None:
+            raise ArgumentError(f"{self.name}: out= gives every column of J; it cannot be combined with wrt=")
         arrays, dtype, batch = self._arrays(args, self.arg_shapes, self.arg_names)
         buffers = self._out(out, "value_and_jacobian", dtype, batch, arrays)
         results = self.kernel("value_and_jacobian", dtype)(tuple(arrays), batch, buffers)
-        return self._package_outputs(results[:-1]), results[-1]
+        jac = results[-1] if columns is None else results[-1][..., columns]
+        return self._package_outputs(results[:-1]), jac
 
     def run_same_shape(self, program: str, arrays: Sequence) -> tuple | None:
         """The (fresh) results of ``program`` when ``arrays`` are this function's arguments as same-shape
@@ -358,9 +379,9 @@ class CompiledFunction:
             "@sg.function and compile it."
         )
 
-    def jacobian(self, *args: Any) -> np.ndarray:
-        """The dense per-row Jacobian blocks; see ``value_and_jacobian`` for the layout."""
-        return self.value_and_jacobian(*args)[1]
+    def jacobian(self, *args: Any, wrt: str | Sequence[str] | None = None, **kwargs: Any) -> np.ndarray:
+        """The dense per-row Jacobian blocks; see ``value_and_jacobian`` for the layout and ``wrt``."""
+        return self.value_and_jacobian(*args, wrt=wrt, **kwargs)[1]
 
     def to_torch(self, **options: Any) -> Any:
         """This function as a PyTorch op backed by the compiled kernels (``symgrad.interop.torch``)."""

@@ -7,16 +7,19 @@ the user's symbols (``naming``).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from itertools import count
+from itertools import count, product
 
 from sympy import Symbol
 
-from symgrad.compiler.derive import Derivation
+from symgrad.compiler import dag
+from symgrad.compiler.derive import Derivation, hessian_fits
 from symgrad.compiler.display import formula
 from symgrad.compiler.ir import Assign, Kernel, Program, Slot
 from symgrad.compiler.naming import Namer, sanitize
 from symgrad.compiler.passes import Assignments, inline_single_use, prune
+from symgrad.errors import UnsupportedError
 
 
 @dataclass(frozen=True)
@@ -27,6 +30,9 @@ class ProgramRule:
     inputs: tuple[str, ...]  # slot families, in parameter order
     outputs: tuple[str, ...]  # slot families, in result order (each a ``Derivation.symbols`` family)
     body: str  # the ``Derivation.body`` kind it is pruned from
+    #: an optional program: built only where this holds, and left out (not an error) where a second
+    #: derivative is unsupported; ``CompiledFunction`` then says the program is missing
+    optional: Callable[[Derivation], bool] | None = None
 
 
 #: Every program of a kernel, in the order they are laid out (temporaries are numbered in this order).
@@ -36,15 +42,15 @@ PROGRAMS = (
     ProgramRule("vjp", ("arg", "cotangent"), ("grad",), "adjoint"),
     ProgramRule("jvp", ("arg", "tangent"), ("output", "jvp"), "tangent"),
     ProgramRule("value_and_jacobian", ("arg",), ("output", "jacobian"), "jacobian"),
+    ProgramRule(
+        "value_jacobian_hessian", ("arg",), ("output", "jacobian", "hessian"), "hessian", hessian_fits
+    ),
+    ProgramRule("hvp", ("arg", "cotangent", "tangent"), ("hvp",), "hvp", lambda d: True),
 )
 
 
 def _element_names(base: str, shape: tuple[int, ...]) -> list[str]:
-    if not shape:
-        return [base]
-    if len(shape) == 1:
-        return [f"{base}_{i}" for i in range(shape[0])]
-    return [f"{base}_{i}_{j}" for i in range(shape[0]) for j in range(shape[1])]
+    return [base + "".join(f"_{i}" for i in index) for index in product(*map(range, shape))]
 
 
 class _Builder:
@@ -119,7 +125,14 @@ def _slots(d: Derivation, b: _Builder) -> dict[str, tuple[Slot, ...]]:
     jvps = [
         b.slot(f"jvp_{o.name}", o.shape, "jvp", [next(it_jvp) for _ in o.symbols], of=o.name) for o in outs
     ]
-    jac = b.slot("jacobian", (len(sym["output"]), len(sym["wrt"])), "jacobian", list(sym["jacobian"]))
+    n_out, n_in = len(sym["output"]), len(sym["wrt"])
+    jac = b.slot("jacobian", (n_out, n_in), "jacobian", list(sym["jacobian"]))
+    # one output: its Hessian block alone, (n_in, n_in)
+    hess = b.slot("hessian", (n_out, n_in, n_in)[n_out == 1 :], "hessian", list(sym["hessian"]))
+    it_hvp = iter(sym["hvp"])
+    hvps = [
+        b.slot(f"hvp_{a.name}", a.shape, "hvp", [next(it_hvp) for _ in a.symbols], of=a.name) for a in wrt
+    ]
     return {
         "arg": args,
         "output": tuple(outs),
@@ -128,13 +141,15 @@ def _slots(d: Derivation, b: _Builder) -> dict[str, tuple[Slot, ...]]:
         "tangent": tuple(tans),
         "jvp": tuple(jvps),
         "jacobian": (jac,),
+        "hessian": (hess,),
+        "hvp": tuple(hvps),
     }
 
 
 def _notes(d: Derivation, slots: dict[str, tuple[Slot, ...]], b: _Builder) -> dict[Symbol, str]:
     """The comment of each output and gradient assignment: the formula it computes."""
     notes = {
-        sym: f"{b.rename[sym]} = {formula(e.xreplace(b.rename), 100)}"
+        sym: f"{b.rename[sym]} = {formula(dag.rename(e, b.rename), 100)}"
         for sym, e in zip(d.symbols["output"], d.outputs)
     }
     out_names = ", ".join(s.name for s in slots["output"])
@@ -153,6 +168,13 @@ def lower(d: Derivation) -> Kernel:
     programs = []
     for rule in PROGRAMS:
         results = {s for family in rule.outputs for s in d.symbols[family]}
+        if rule.optional is not None:
+            try:
+                if not rule.optional(d):
+                    continue
+                d.body(rule.body)
+            except UnsupportedError:
+                continue
         body = inline_single_use(prune(d.body(rule.body), results), results)
         programs.append(
             b.program(
@@ -174,10 +196,12 @@ def lower(d: Derivation) -> Kernel:
         returns_tuple=spec.returns_tuple,
         programs=tuple(programs),
         formulas=tuple(
-            (s.name, formula(e.xreplace(b.rename))) for s, e in zip(slots["output"], d.outputs) if not s.shape
+            (s.name, formula(dag.rename(e, b.rename)))
+            for s, e in zip(slots["output"], d.outputs)
+            if not s.shape
         ),
         derivatives=tuple(
-            (name, value if isinstance(value, str) else formula(value.xreplace(b.rename)))
+            (name, value if isinstance(value, str) else formula(dag.rename(value, b.rename)))
             for name, value in d.closed_forms()
         ),
         nondiff=tuple(a.name for a, a_spec in zip(slots["arg"], spec.args) if not a_spec.diff),

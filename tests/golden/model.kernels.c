@@ -230,6 +230,66 @@ void square__value_and_jacobian_f64__ptrs(int64_t n, void *const *p)
     square__value_and_jacobian_f64(n, p[0], p[1], p[2]);
 }
 
+/* value_jacobian_hessian of square [model.py:12], double: rows sg_lo to sg_hi - 1 */
+static SG_NOINLINE void sg_rows_square__value_jacobian_hessian_f64(int64_t sg_lo, int64_t sg_hi,
+                                                                   const double *restrict x,
+                                                                   double *restrict out,
+                                                                   double *restrict jacobian,
+                                                                   double *restrict hessian)
+{
+    SG_SIMD
+    for (int64_t i = sg_lo; i < sg_hi; ++i) {
+        out[i] = x[i]*x[i];  /* out = x**2 */
+        jacobian[i] = 2.0*x[i];
+        hessian[i] = 2.0;
+    }
+}
+
+/* value_jacobian_hessian of square [model.py:12], double */
+void square__value_jacobian_hessian_f64(int64_t n,
+                                        const double *restrict x,
+                                        double *restrict out,
+                                        double *restrict jacobian,
+                                        double *restrict hessian)
+{
+    SG_ROWS(200000, sg_rows_square__value_jacobian_hessian_f64, x, out, jacobian, hessian);
+}
+
+/* value_jacobian_hessian of square [model.py:12], double: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
+void square__value_jacobian_hessian_f64__ptrs(int64_t n, void *const *p)
+{
+    square__value_jacobian_hessian_f64(n, p[0], p[1], p[2], p[3]);
+}
+
+/* hvp of square [model.py:12], double: rows sg_lo to sg_hi - 1 */
+static SG_NOINLINE void sg_rows_square__hvp_f64(int64_t sg_lo, int64_t sg_hi,
+                                                const double *restrict x,
+                                                const double *restrict grad,
+                                                const double *restrict tangent_x,
+                                                double *restrict hvp_x)
+{
+    SG_SIMD
+    for (int64_t i = sg_lo; i < sg_hi; ++i) {
+        hvp_x[i] = 2.0*grad[i]*tangent_x[i];
+    }
+}
+
+/* hvp of square [model.py:12], double */
+void square__hvp_f64(int64_t n,
+                     const double *restrict x,
+                     const double *restrict grad,
+                     const double *restrict tangent_x,
+                     double *restrict hvp_x)
+{
+    SG_ROWS(200000, sg_rows_square__hvp_f64, x, grad, tangent_x, hvp_x);
+}
+
+/* hvp of square [model.py:12], double: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
+void square__hvp_f64__ptrs(int64_t n, void *const *p)
+{
+    square__hvp_f64(n, p[0], p[1], p[2], p[3]);
+}
+
 /* value_and_vjp of square [model.py:12], float: rows sg_lo to sg_hi - 1 */
 static SG_NOINLINE void sg_rows_square__value_and_vjp_f32(int64_t sg_lo, int64_t sg_hi,
                                                           const float *restrict x,
@@ -363,6 +423,66 @@ void square__value_and_jacobian_f32(int64_t n,
 void square__value_and_jacobian_f32__ptrs(int64_t n, void *const *p)
 {
     square__value_and_jacobian_f32(n, p[0], p[1], p[2]);
+}
+
+/* value_jacobian_hessian of square [model.py:12], float: rows sg_lo to sg_hi - 1 */
+static SG_NOINLINE void sg_rows_square__value_jacobian_hessian_f32(int64_t sg_lo, int64_t sg_hi,
+                                                                   const float *restrict x,
+                                                                   float *restrict out,
+                                                                   float *restrict jacobian,
+                                                                   float *restrict hessian)
+{
+    SG_SIMD
+    for (int64_t i = sg_lo; i < sg_hi; ++i) {
+        out[i] = x[i]*x[i];  /* out = x**2 */
+        jacobian[i] = 2.0F*x[i];
+        hessian[i] = 2.0F;
+    }
+}
+
+/* value_jacobian_hessian of square [model.py:12], float */
+void square__value_jacobian_hessian_f32(int64_t n,
+                                        const float *restrict x,
+                                        float *restrict out,
+                                        float *restrict jacobian,
+                                        float *restrict hessian)
+{
+    SG_ROWS(200000, sg_rows_square__value_jacobian_hessian_f32, x, out, jacobian, hessian);
+}
+
+/* value_jacobian_hessian of square [model.py:12], float: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
+void square__value_jacobian_hessian_f32__ptrs(int64_t n, void *const *p)
+{
+    square__value_jacobian_hessian_f32(n, p[0], p[1], p[2], p[3]);
+}
+
+/* hvp of square [model.py:12], float: rows sg_lo to sg_hi - 1 */
+static SG_NOINLINE void sg_rows_square__hvp_f32(int64_t sg_lo, int64_t sg_hi,
+                                                const float *restrict x,
+                                                const float *restrict grad,
+                                                const float *restrict tangent_x,
+                                                float *restrict hvp_x)
+{
+    SG_SIMD
+    for (int64_t i = sg_lo; i < sg_hi; ++i) {
+        hvp_x[i] = 2.0F*grad[i]*tangent_x[i];
+    }
+}
+
+/* hvp of square [model.py:12], float */
+void square__hvp_f32(int64_t n,
+                     const float *restrict x,
+                     const float *restrict grad,
+                     const float *restrict tangent_x,
+                     float *restrict hvp_x)
+{
+    SG_ROWS(200000, sg_rows_square__hvp_f32, x, grad, tangent_x, hvp_x);
+}
+
+/* hvp of square [model.py:12], float: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
+void square__hvp_f32__ptrs(int64_t n, void *const *p)
+{
+    square__hvp_f32(n, p[0], p[1], p[2], p[3]);
 }
 
 /* ---- neo_relu [model.py:17] ----
@@ -506,6 +626,66 @@ void neo_relu__value_and_jacobian_f64__ptrs(int64_t n, void *const *p)
     neo_relu__value_and_jacobian_f64(n, p[0], p[1], p[2]);
 }
 
+/* value_jacobian_hessian of neo_relu [model.py:17], double: rows sg_lo to sg_hi - 1 */
+static SG_NOINLINE void sg_rows_neo_relu__value_jacobian_hessian_f64(int64_t sg_lo, int64_t sg_hi,
+                                                                     const double *restrict x,
+                                                                     double *restrict out,
+                                                                     double *restrict jacobian,
+                                                                     double *restrict hessian)
+{
+    SG_SIMD
+    for (int64_t i = sg_lo; i < sg_hi; ++i) {
+        out[i] = (x[i] > 0.0 ? x[i] : -0.1);  /* out = where(x > 0, x, -0.1) */
+        jacobian[i] = (x[i] > 0.0 ? 1.0 : 0.0);
+        hessian[i] = 0.0;
+    }
+}
+
+/* value_jacobian_hessian of neo_relu [model.py:17], double */
+void neo_relu__value_jacobian_hessian_f64(int64_t n,
+                                          const double *restrict x,
+                                          double *restrict out,
+                                          double *restrict jacobian,
+                                          double *restrict hessian)
+{
+    SG_ROWS(200000, sg_rows_neo_relu__value_jacobian_hessian_f64, x, out, jacobian, hessian);
+}
+
+/* value_jacobian_hessian of neo_relu [model.py:17], double: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
+void neo_relu__value_jacobian_hessian_f64__ptrs(int64_t n, void *const *p)
+{
+    neo_relu__value_jacobian_hessian_f64(n, p[0], p[1], p[2], p[3]);
+}
+
+/* hvp of neo_relu [model.py:17], double: rows sg_lo to sg_hi - 1 */
+static SG_NOINLINE void sg_rows_neo_relu__hvp_f64(int64_t sg_lo, int64_t sg_hi,
+                                                  const double *restrict x,
+                                                  const double *restrict grad,
+                                                  const double *restrict tangent_x,
+                                                  double *restrict hvp_x)
+{
+    SG_SIMD
+    for (int64_t i = sg_lo; i < sg_hi; ++i) {
+        hvp_x[i] = 0.0;
+    }
+}
+
+/* hvp of neo_relu [model.py:17], double */
+void neo_relu__hvp_f64(int64_t n,
+                       const double *restrict x,
+                       const double *restrict grad,
+                       const double *restrict tangent_x,
+                       double *restrict hvp_x)
+{
+    SG_ROWS(200000, sg_rows_neo_relu__hvp_f64, x, grad, tangent_x, hvp_x);
+}
+
+/* hvp of neo_relu [model.py:17], double: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
+void neo_relu__hvp_f64__ptrs(int64_t n, void *const *p)
+{
+    neo_relu__hvp_f64(n, p[0], p[1], p[2], p[3]);
+}
+
 /* value_and_vjp of neo_relu [model.py:17], float: rows sg_lo to sg_hi - 1 */
 static SG_NOINLINE void sg_rows_neo_relu__value_and_vjp_f32(int64_t sg_lo, int64_t sg_hi,
                                                             const float *restrict x,
@@ -639,6 +819,66 @@ void neo_relu__value_and_jacobian_f32(int64_t n,
 void neo_relu__value_and_jacobian_f32__ptrs(int64_t n, void *const *p)
 {
     neo_relu__value_and_jacobian_f32(n, p[0], p[1], p[2]);
+}
+
+/* value_jacobian_hessian of neo_relu [model.py:17], float: rows sg_lo to sg_hi - 1 */
+static SG_NOINLINE void sg_rows_neo_relu__value_jacobian_hessian_f32(int64_t sg_lo, int64_t sg_hi,
+                                                                     const float *restrict x,
+                                                                     float *restrict out,
+                                                                     float *restrict jacobian,
+                                                                     float *restrict hessian)
+{
+    SG_SIMD
+    for (int64_t i = sg_lo; i < sg_hi; ++i) {
+        out[i] = (x[i] > 0.0F ? x[i] : -0.1F);  /* out = where(x > 0, x, -0.1) */
+        jacobian[i] = (x[i] > 0.0F ? 1.0F : 0.0F);
+        hessian[i] = 0.0F;
+    }
+}
+
+/* value_jacobian_hessian of neo_relu [model.py:17], float */
+void neo_relu__value_jacobian_hessian_f32(int64_t n,
+                                          const float *restrict x,
+                                          float *restrict out,
+                                          float *restrict jacobian,
+                                          float *restrict hessian)
+{
+    SG_ROWS(200000, sg_rows_neo_relu__value_jacobian_hessian_f32, x, out, jacobian, hessian);
+}
+
+/* value_jacobian_hessian of neo_relu [model.py:17], float: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
+void neo_relu__value_jacobian_hessian_f32__ptrs(int64_t n, void *const *p)
+{
+    neo_relu__value_jacobian_hessian_f32(n, p[0], p[1], p[2], p[3]);
+}
+
+/* hvp of neo_relu [model.py:17], float: rows sg_lo to sg_hi - 1 */
+static SG_NOINLINE void sg_rows_neo_relu__hvp_f32(int64_t sg_lo, int64_t sg_hi,
+                                                  const float *restrict x,
+                                                  const float *restrict grad,
+                                                  const float *restrict tangent_x,
+                                                  float *restrict hvp_x)
+{
+    SG_SIMD
+    for (int64_t i = sg_lo; i < sg_hi; ++i) {
+        hvp_x[i] = 0.0F;
+    }
+}
+
+/* hvp of neo_relu [model.py:17], float */
+void neo_relu__hvp_f32(int64_t n,
+                       const float *restrict x,
+                       const float *restrict grad,
+                       const float *restrict tangent_x,
+                       float *restrict hvp_x)
+{
+    SG_ROWS(200000, sg_rows_neo_relu__hvp_f32, x, grad, tangent_x, hvp_x);
+}
+
+/* hvp of neo_relu [model.py:17], float: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
+void neo_relu__hvp_f32__ptrs(int64_t n, void *const *p)
+{
+    neo_relu__hvp_f32(n, p[0], p[1], p[2], p[3]);
 }
 
 /* ---- softplus [model.py:23] ----
@@ -784,6 +1024,71 @@ void softplus__value_and_jacobian_f64(int64_t n,
 void softplus__value_and_jacobian_f64__ptrs(int64_t n, void *const *p)
 {
     softplus__value_and_jacobian_f64(n, p[0], p[1], p[2]);
+}
+
+/* value_jacobian_hessian of softplus [model.py:23], double: rows sg_lo to sg_hi - 1 */
+static SG_NOINLINE void sg_rows_softplus__value_jacobian_hessian_f64(int64_t sg_lo, int64_t sg_hi,
+                                                                     const double *restrict x,
+                                                                     double *restrict out,
+                                                                     double *restrict jacobian,
+                                                                     double *restrict hessian)
+{
+    SG_SIMD
+    for (int64_t i = sg_lo; i < sg_hi; ++i) {
+        const double t0 = exp(-fabs(x[i]));
+        out[i] = (x[i] > 0.0 ? x[i] : 0.0) + log1p(t0);  /* out = softplus(x) */
+        const double t1 = (x[i] >= 0.0 ? 1.0 : t0);
+        const double t2 = 1.0 + t0;
+        jacobian[i] = t1/t2;
+        hessian[i] = t1*(x[i] <= 0.0 ? 1.0 : t0)/(t2*t2);
+    }
+}
+
+/* value_jacobian_hessian of softplus [model.py:23], double */
+void softplus__value_jacobian_hessian_f64(int64_t n,
+                                          const double *restrict x,
+                                          double *restrict out,
+                                          double *restrict jacobian,
+                                          double *restrict hessian)
+{
+    SG_ROWS(80645, sg_rows_softplus__value_jacobian_hessian_f64, x, out, jacobian, hessian);
+}
+
+/* value_jacobian_hessian of softplus [model.py:23], double: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
+void softplus__value_jacobian_hessian_f64__ptrs(int64_t n, void *const *p)
+{
+    softplus__value_jacobian_hessian_f64(n, p[0], p[1], p[2], p[3]);
+}
+
+/* hvp of softplus [model.py:23], double: rows sg_lo to sg_hi - 1 */
+static SG_NOINLINE void sg_rows_softplus__hvp_f64(int64_t sg_lo, int64_t sg_hi,
+                                                  const double *restrict x,
+                                                  const double *restrict grad,
+                                                  const double *restrict tangent_x,
+                                                  double *restrict hvp_x)
+{
+    SG_SIMD
+    for (int64_t i = sg_lo; i < sg_hi; ++i) {
+        const double t2 = exp(-fabs(x[i]));
+        const double t1 = 1.0 + t2;
+        hvp_x[i] = grad[i]*tangent_x[i]*(x[i] >= 0.0 ? 1.0 : t2)*(x[i] <= 0.0 ? 1.0 : t2)/(t1*t1);
+    }
+}
+
+/* hvp of softplus [model.py:23], double */
+void softplus__hvp_f64(int64_t n,
+                       const double *restrict x,
+                       const double *restrict grad,
+                       const double *restrict tangent_x,
+                       double *restrict hvp_x)
+{
+    SG_ROWS(125000, sg_rows_softplus__hvp_f64, x, grad, tangent_x, hvp_x);
+}
+
+/* hvp of softplus [model.py:23], double: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
+void softplus__hvp_f64__ptrs(int64_t n, void *const *p)
+{
+    softplus__hvp_f64(n, p[0], p[1], p[2], p[3]);
 }
 
 /* value_and_vjp of softplus [model.py:23], float: rows sg_lo to sg_hi - 1 */
@@ -962,6 +1267,90 @@ void softplus__value_and_jacobian_f32__ptrs(int64_t n, void *const *p)
     softplus__value_and_jacobian_f32(n, p[0], p[1], p[2]);
 }
 
+/* value_jacobian_hessian of softplus [model.py:23], float: rows sg_lo to sg_hi - 1 */
+static SG_NOINLINE void sg_rows_softplus__value_jacobian_hessian_f32(int64_t sg_lo, int64_t sg_hi,
+                                                                     const float *restrict x,
+                                                                     float *restrict out,
+                                                                     float *restrict jacobian,
+                                                                     float *restrict hessian)
+{
+    /* two rows per iteration, i from the first half and j from the second (an odd count does its
+       middle row twice): their chains of math calls overlap in the CPU */
+    const int64_t sg_half = (sg_hi - sg_lo + 1)/2;
+    const int64_t sg_skip = sg_hi - sg_lo - sg_half;
+    SG_SIMD
+    for (int64_t i = sg_lo; i < sg_lo + sg_half; ++i) {
+        const int64_t j = i + sg_skip;
+        const float t0 = expf(-fabsf(x[i]));
+        const float t0_b = expf(-fabsf(x[j]));
+        out[i] = (x[i] > 0.0F ? x[i] : 0.0F) + log1pf(t0);  /* out = softplus(x) */
+        out[j] = (x[j] > 0.0F ? x[j] : 0.0F) + log1pf(t0_b);
+        const float t1 = (x[i] >= 0.0F ? 1.0F : t0);
+        const float t1_b = (x[j] >= 0.0F ? 1.0F : t0_b);
+        const float t2 = 1.0F + t0;
+        const float t2_b = 1.0F + t0_b;
+        jacobian[i] = t1/t2;
+        hessian[i] = t1*(x[i] <= 0.0F ? 1.0F : t0)/(t2*t2);
+        jacobian[j] = t1_b/t2_b;
+        hessian[j] = t1_b*(x[j] <= 0.0F ? 1.0F : t0_b)/(t2_b*t2_b);
+    }
+}
+
+/* value_jacobian_hessian of softplus [model.py:23], float */
+void softplus__value_jacobian_hessian_f32(int64_t n,
+                                          const float *restrict x,
+                                          float *restrict out,
+                                          float *restrict jacobian,
+                                          float *restrict hessian)
+{
+    SG_ROWS(161290, sg_rows_softplus__value_jacobian_hessian_f32, x, out, jacobian, hessian);
+}
+
+/* value_jacobian_hessian of softplus [model.py:23], float: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
+void softplus__value_jacobian_hessian_f32__ptrs(int64_t n, void *const *p)
+{
+    softplus__value_jacobian_hessian_f32(n, p[0], p[1], p[2], p[3]);
+}
+
+/* hvp of softplus [model.py:23], float: rows sg_lo to sg_hi - 1 */
+static SG_NOINLINE void sg_rows_softplus__hvp_f32(int64_t sg_lo, int64_t sg_hi,
+                                                  const float *restrict x,
+                                                  const float *restrict grad,
+                                                  const float *restrict tangent_x,
+                                                  float *restrict hvp_x)
+{
+    /* two rows per iteration, i from the first half and j from the second (an odd count does its
+       middle row twice): their chains of math calls overlap in the CPU */
+    const int64_t sg_half = (sg_hi - sg_lo + 1)/2;
+    const int64_t sg_skip = sg_hi - sg_lo - sg_half;
+    SG_SIMD
+    for (int64_t i = sg_lo; i < sg_lo + sg_half; ++i) {
+        const int64_t j = i + sg_skip;
+        const float t2 = expf(-fabsf(x[i]));
+        const float t2_b = expf(-fabsf(x[j]));
+        const float t1 = 1.0F + t2;
+        const float t1_b = 1.0F + t2_b;
+        hvp_x[i] = grad[i]*tangent_x[i]*(x[i] >= 0.0F ? 1.0F : t2)*(x[i] <= 0.0F ? 1.0F : t2)/(t1*t1);
+        hvp_x[j] = grad[j]*tangent_x[j]*(x[j] >= 0.0F ? 1.0F : t2_b)*(x[j] <= 0.0F ? 1.0F : t2_b)/(t1_b*t1_b);
+    }
+}
+
+/* hvp of softplus [model.py:23], float */
+void softplus__hvp_f32(int64_t n,
+                       const float *restrict x,
+                       const float *restrict grad,
+                       const float *restrict tangent_x,
+                       float *restrict hvp_x)
+{
+    SG_ROWS(200000, sg_rows_softplus__hvp_f32, x, grad, tangent_x, hvp_x);
+}
+
+/* hvp of softplus [model.py:23], float: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
+void softplus__hvp_f32__ptrs(int64_t n, void *const *p)
+{
+    softplus__hvp_f32(n, p[0], p[1], p[2], p[3]);
+}
+
 /* ---- blend [model.py:29] ----
    out = exp(-y**2)*sin(x) + log1p(x**2*y**2)
    vjp x: grad*(exp(-y**2)*cos(x) + 2*x*y**2/(1 + x**2*y**2))
@@ -978,14 +1367,14 @@ static SG_NOINLINE void sg_rows_blend__value_and_vjp_f64(int64_t sg_lo, int64_t 
     SG_SIMD
     for (int64_t i = sg_lo; i < sg_hi; ++i) {
         const double t0 = y[i]*y[i];
-        const double t1 = x[i]*x[i];
-        const double t2 = t0*t1;
-        const double t3 = exp(-t0);
-        const double t4 = t3*sin(x[i]);
-        out[i] = t4 + log1p(t2);  /* out = exp(-y**2)*sin(x) + log1p(x**2*y**2) */
-        const double t5 = 1.0/(1.0 + t2);
-        grad_x[i] = grad[i]*(t3*sg_cos_f64(x[i]) + 2.0*t0*t5*x[i]);  /* grad_x = d(out)/dx . grad */
-        grad_y[i] = 2.0*grad[i]*y[i]*(-t4 + t1*t5);  /* grad_y = d(out)/dy . grad */
+        const double t1 = exp(-t0);
+        const double t2 = t1*sin(x[i]);
+        const double t3 = x[i]*x[i];
+        const double t4 = t0*t3;
+        out[i] = t2 + log1p(t4);  /* out = exp(-y**2)*sin(x) + log1p(x**2*y**2) */
+        const double t5 = 1.0/(1.0 + t4);
+        grad_x[i] = grad[i]*(t1*sg_cos_f64(x[i]) + 2.0*t0*t5*x[i]);  /* grad_x = d(out)/dx . grad */
+        grad_y[i] = 2.0*grad[i]*y[i]*(-t2 + t3*t5);  /* grad_y = d(out)/dy . grad */
     }
 }
 
@@ -1043,11 +1432,11 @@ static SG_NOINLINE void sg_rows_blend__vjp_f64(int64_t sg_lo, int64_t sg_hi,
     SG_SIMD
     for (int64_t i = sg_lo; i < sg_hi; ++i) {
         const double t0 = y[i]*y[i];
-        const double t1 = x[i]*x[i];
-        const double t3 = exp(-t0);
-        const double t5 = 1.0/(1.0 + t0*t1);
-        grad_x[i] = grad[i]*(t3*sg_cos_f64(x[i]) + 2.0*t0*t5*x[i]);  /* grad_x = d(out)/dx . grad */
-        grad_y[i] = 2.0*grad[i]*y[i]*(t1*t5 - t3*sin(x[i]));  /* grad_y = d(out)/dy . grad */
+        const double t1 = exp(-t0);
+        const double t3 = x[i]*x[i];
+        const double t5 = 1.0/(1.0 + t0*t3);
+        grad_x[i] = grad[i]*(t1*sg_cos_f64(x[i]) + 2.0*t0*t5*x[i]);  /* grad_x = d(out)/dx . grad */
+        grad_y[i] = 2.0*grad[i]*y[i]*(t3*t5 - t1*sin(x[i]));  /* grad_y = d(out)/dy . grad */
     }
 }
 
@@ -1080,13 +1469,14 @@ static SG_NOINLINE void sg_rows_blend__jvp_f64(int64_t sg_lo, int64_t sg_hi,
     SG_SIMD
     for (int64_t i = sg_lo; i < sg_hi; ++i) {
         const double t0 = y[i]*y[i];
-        const double t1 = x[i]*x[i];
-        const double t2 = t0*t1;
-        const double t3 = exp(-t0);
-        const double t4 = t3*sin(x[i]);
-        out[i] = t4 + log1p(t2);  /* out = exp(-y**2)*sin(x) + log1p(x**2*y**2) */
-        const double t5 = 1.0/(1.0 + t2);
-        jvp_out[i] = tangent_x[i]*(t3*sg_cos_f64(x[i]) + 2.0*t0*t5*x[i]) + 2.0*tangent_y[i]*y[i]*(-t4 + t1*t5);
+        const double t1 = exp(-t0);
+        const double t2 = t1*sin(x[i]);
+        const double t3 = x[i]*x[i];
+        const double t4 = t0*t3;
+        out[i] = t2 + log1p(t4);  /* out = exp(-y**2)*sin(x) + log1p(x**2*y**2) */
+        const double t6 = 2.0*tangent_y[i]*y[i];
+        const double t5 = 1.0/(1.0 + t4);
+        jvp_out[i] = -t2*t6 + t1*tangent_x[i]*sg_cos_f64(x[i]) + t3*t5*t6 + 2.0*t0*t5*tangent_x[i]*x[i];
     }
 }
 
@@ -1099,7 +1489,7 @@ void blend__jvp_f64(int64_t n,
                     double *restrict out,
                     double *restrict jvp_out)
 {
-    SG_ROWS(41666, sg_rows_blend__jvp_f64, x, y, tangent_x, tangent_y, out, jvp_out);
+    SG_ROWS(40322, sg_rows_blend__jvp_f64, x, y, tangent_x, tangent_y, out, jvp_out);
 }
 
 /* jvp of blend [model.py:29], double: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
@@ -1118,14 +1508,14 @@ static SG_NOINLINE void sg_rows_blend__value_and_jacobian_f64(int64_t sg_lo, int
     SG_SIMD
     for (int64_t i = sg_lo; i < sg_hi; ++i) {
         const double t0 = y[i]*y[i];
-        const double t1 = x[i]*x[i];
-        const double t2 = t0*t1;
-        const double t3 = exp(-t0);
-        const double t4 = t3*sin(x[i]);
-        out[i] = t4 + log1p(t2);  /* out = exp(-y**2)*sin(x) + log1p(x**2*y**2) */
-        const double t5 = 1.0/(1.0 + t2);
-        jacobian[i*2 + 0] = t3*sg_cos_f64(x[i]) + 2.0*t0*t5*x[i];
-        jacobian[i*2 + 1] = 2.0*y[i]*(-t4 + t1*t5);
+        const double t1 = exp(-t0);
+        const double t2 = t1*sin(x[i]);
+        const double t3 = x[i]*x[i];
+        const double t4 = t0*t3;
+        out[i] = t2 + log1p(t4);  /* out = exp(-y**2)*sin(x) + log1p(x**2*y**2) */
+        const double t5 = 1.0/(1.0 + t4);
+        jacobian[i*2 + 0] = t1*sg_cos_f64(x[i]) + 2.0*t0*t5*x[i];
+        jacobian[i*2 + 1] = 2.0*y[i]*(-t2 + t3*t5);
     }
 }
 
@@ -1145,6 +1535,110 @@ void blend__value_and_jacobian_f64__ptrs(int64_t n, void *const *p)
     blend__value_and_jacobian_f64(n, p[0], p[1], p[2], p[3]);
 }
 
+/* value_jacobian_hessian of blend [model.py:29], double: rows sg_lo to sg_hi - 1 */
+static SG_NOINLINE void sg_rows_blend__value_jacobian_hessian_f64(int64_t sg_lo, int64_t sg_hi,
+                                                                  const double *restrict x,
+                                                                  const double *restrict y,
+                                                                  double *restrict out,
+                                                                  double *restrict jacobian,
+                                                                  double *restrict hessian)
+{
+    SG_SIMD
+    for (int64_t i = sg_lo; i < sg_hi; ++i) {
+        const double t0 = y[i]*y[i];
+        const double t1 = exp(-t0);
+        const double t7 = sin(x[i]);
+        const double t8 = t1*t7;
+        const double t3 = x[i]*x[i];
+        const double t4 = t0*t3;
+        out[i] = t8 + log1p(t4);  /* out = exp(-y**2)*sin(x) + log1p(x**2*y**2) */
+        const double t9 = 1.0/(1.0 + t4);
+        const double t10 = -t8 + t3*t9;
+        const double t11 = t0*t9;
+        const double t12 = 2.0*x[i];
+        const double t13 = sg_cos_f64(x[i]);
+        jacobian[i*2 + 0] = t1*t13 + t11*t12;
+        const double t14 = 2.0*y[i];
+        jacobian[i*2 + 1] = t10*t14;
+        const double t15 = t9*t9;
+        const double t16 = t0*t12;
+        const double t17 = -t1*t14;
+        const double t18 = -t14*t15*t3;
+        const double t19 = t13*t17 + t16*t18 + t12*t14*t9;
+        hessian[i*4 + 0] = -t8 + 2.0*t11 - t0*t12*t15*t16;
+        hessian[i*4 + 1] = t19;
+        hessian[i*4 + 2] = t19;
+        hessian[i*4 + 3] = 2.0*t10 + t14*(t18*t3 - t17*t7);
+    }
+}
+
+/* value_jacobian_hessian of blend [model.py:29], double */
+void blend__value_jacobian_hessian_f64(int64_t n,
+                                       const double *restrict x,
+                                       const double *restrict y,
+                                       double *restrict out,
+                                       double *restrict jacobian,
+                                       double *restrict hessian)
+{
+    SG_ROWS(30487, sg_rows_blend__value_jacobian_hessian_f64, x, y, out, jacobian, hessian);
+}
+
+/* value_jacobian_hessian of blend [model.py:29], double: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
+void blend__value_jacobian_hessian_f64__ptrs(int64_t n, void *const *p)
+{
+    blend__value_jacobian_hessian_f64(n, p[0], p[1], p[2], p[3], p[4]);
+}
+
+/* hvp of blend [model.py:29], double: rows sg_lo to sg_hi - 1 */
+static SG_NOINLINE void sg_rows_blend__hvp_f64(int64_t sg_lo, int64_t sg_hi,
+                                               const double *restrict x,
+                                               const double *restrict y,
+                                               const double *restrict grad,
+                                               const double *restrict tangent_x,
+                                               const double *restrict tangent_y,
+                                               double *restrict hvp_x,
+                                               double *restrict hvp_y)
+{
+    SG_SIMD
+    for (int64_t i = sg_lo; i < sg_hi; ++i) {
+        const double t0 = y[i]*y[i];
+        const double t1 = exp(-t0);
+        const double t7 = sin(x[i]);
+        const double t8 = t1*t7;
+        const double t3 = x[i]*x[i];
+        const double t9 = 1.0/(1.0 + t0*t3);
+        const double t11 = 2.0*x[i];
+        const double t13 = sg_cos_f64(x[i]);
+        const double t14 = 2.0*y[i];
+        const double t20 = t14*tangent_y[i];
+        const double t21 = -t1*t20;
+        const double t22 = t11*tangent_x[i];
+        const double t23 = grad[i]*t9;
+        const double t16 = -grad[i]*t9*t9*(t0*t22 + t20*t3);
+        hvp_x[i] = grad[i]*t13*t21 + grad[i]*tangent_x[i]*(-t8 + 2.0*t0*t9) + t0*t11*t16 + t11*t20*t23;
+        hvp_y[i] = t14*(t16*t3 + t22*t23 - grad[i]*(t21*t7 + t1*t13*tangent_x[i])) + 2.0*grad[i]*tangent_y[i]*(-t8 + t3*t9);
+    }
+}
+
+/* hvp of blend [model.py:29], double */
+void blend__hvp_f64(int64_t n,
+                    const double *restrict x,
+                    const double *restrict y,
+                    const double *restrict grad,
+                    const double *restrict tangent_x,
+                    const double *restrict tangent_y,
+                    double *restrict hvp_x,
+                    double *restrict hvp_y)
+{
+    SG_ROWS(30864, sg_rows_blend__hvp_f64, x, y, grad, tangent_x, tangent_y, hvp_x, hvp_y);
+}
+
+/* hvp of blend [model.py:29], double: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
+void blend__hvp_f64__ptrs(int64_t n, void *const *p)
+{
+    blend__hvp_f64(n, p[0], p[1], p[2], p[3], p[4], p[5], p[6]);
+}
+
 /* value_and_vjp of blend [model.py:29], float: rows sg_lo to sg_hi - 1 */
 static SG_NOINLINE void sg_rows_blend__value_and_vjp_f32(int64_t sg_lo, int64_t sg_hi,
                                                          const float *restrict x,
@@ -1157,14 +1651,14 @@ static SG_NOINLINE void sg_rows_blend__value_and_vjp_f32(int64_t sg_lo, int64_t 
     SG_SIMD
     for (int64_t i = sg_lo; i < sg_hi; ++i) {
         const float t0 = y[i]*y[i];
-        const float t1 = x[i]*x[i];
-        const float t2 = t0*t1;
-        const float t3 = expf(-t0);
-        const float t4 = t3*sinf(x[i]);
-        out[i] = t4 + log1pf(t2);  /* out = exp(-y**2)*sin(x) + log1p(x**2*y**2) */
-        const float t5 = 1.0F/(1.0F + t2);
-        grad_x[i] = grad[i]*(t3*sg_cos_f32(x[i]) + 2.0F*t0*t5*x[i]);  /* grad_x = d(out)/dx . grad */
-        grad_y[i] = 2.0F*grad[i]*y[i]*(-t4 + t1*t5);  /* grad_y = d(out)/dy . grad */
+        const float t1 = expf(-t0);
+        const float t2 = t1*sinf(x[i]);
+        const float t3 = x[i]*x[i];
+        const float t4 = t0*t3;
+        out[i] = t2 + log1pf(t4);  /* out = exp(-y**2)*sin(x) + log1p(x**2*y**2) */
+        const float t5 = 1.0F/(1.0F + t4);
+        grad_x[i] = grad[i]*(t1*sg_cos_f32(x[i]) + 2.0F*t0*t5*x[i]);  /* grad_x = d(out)/dx . grad */
+        grad_y[i] = 2.0F*grad[i]*y[i]*(-t2 + t3*t5);  /* grad_y = d(out)/dy . grad */
     }
 }
 
@@ -1229,11 +1723,11 @@ static SG_NOINLINE void sg_rows_blend__vjp_f32(int64_t sg_lo, int64_t sg_hi,
     SG_SIMD
     for (int64_t i = sg_lo; i < sg_hi; ++i) {
         const float t0 = y[i]*y[i];
-        const float t1 = x[i]*x[i];
-        const float t3 = expf(-t0);
-        const float t5 = 1.0F/(1.0F + t0*t1);
-        grad_x[i] = grad[i]*(t3*sg_cos_f32(x[i]) + 2.0F*t0*t5*x[i]);  /* grad_x = d(out)/dx . grad */
-        grad_y[i] = 2.0F*grad[i]*y[i]*(t1*t5 - t3*sinf(x[i]));  /* grad_y = d(out)/dy . grad */
+        const float t1 = expf(-t0);
+        const float t3 = x[i]*x[i];
+        const float t5 = 1.0F/(1.0F + t0*t3);
+        grad_x[i] = grad[i]*(t1*sg_cos_f32(x[i]) + 2.0F*t0*t5*x[i]);  /* grad_x = d(out)/dx . grad */
+        grad_y[i] = 2.0F*grad[i]*y[i]*(t3*t5 - t1*sinf(x[i]));  /* grad_y = d(out)/dy . grad */
     }
 }
 
@@ -1266,13 +1760,14 @@ static SG_NOINLINE void sg_rows_blend__jvp_f32(int64_t sg_lo, int64_t sg_hi,
     SG_SIMD
     for (int64_t i = sg_lo; i < sg_hi; ++i) {
         const float t0 = y[i]*y[i];
-        const float t1 = x[i]*x[i];
-        const float t2 = t0*t1;
-        const float t3 = expf(-t0);
-        const float t4 = t3*sinf(x[i]);
-        out[i] = t4 + log1pf(t2);  /* out = exp(-y**2)*sin(x) + log1p(x**2*y**2) */
-        const float t5 = 1.0F/(1.0F + t2);
-        jvp_out[i] = tangent_x[i]*(t3*sg_cos_f32(x[i]) + 2.0F*t0*t5*x[i]) + 2.0F*tangent_y[i]*y[i]*(-t4 + t1*t5);
+        const float t1 = expf(-t0);
+        const float t2 = t1*sinf(x[i]);
+        const float t3 = x[i]*x[i];
+        const float t4 = t0*t3;
+        out[i] = t2 + log1pf(t4);  /* out = exp(-y**2)*sin(x) + log1p(x**2*y**2) */
+        const float t6 = 2.0F*tangent_y[i]*y[i];
+        const float t5 = 1.0F/(1.0F + t4);
+        jvp_out[i] = -t2*t6 + t1*tangent_x[i]*sg_cos_f32(x[i]) + t3*t5*t6 + 2.0F*t0*t5*tangent_x[i]*x[i];
     }
 }
 
@@ -1285,7 +1780,7 @@ void blend__jvp_f32(int64_t n,
                     float *restrict out,
                     float *restrict jvp_out)
 {
-    SG_ROWS(83333, sg_rows_blend__jvp_f32, x, y, tangent_x, tangent_y, out, jvp_out);
+    SG_ROWS(80645, sg_rows_blend__jvp_f32, x, y, tangent_x, tangent_y, out, jvp_out);
 }
 
 /* jvp of blend [model.py:29], float: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
@@ -1304,14 +1799,14 @@ static SG_NOINLINE void sg_rows_blend__value_and_jacobian_f32(int64_t sg_lo, int
     SG_SIMD
     for (int64_t i = sg_lo; i < sg_hi; ++i) {
         const float t0 = y[i]*y[i];
-        const float t1 = x[i]*x[i];
-        const float t2 = t0*t1;
-        const float t3 = expf(-t0);
-        const float t4 = t3*sinf(x[i]);
-        out[i] = t4 + log1pf(t2);  /* out = exp(-y**2)*sin(x) + log1p(x**2*y**2) */
-        const float t5 = 1.0F/(1.0F + t2);
-        jacobian[i*2 + 0] = t3*sg_cos_f32(x[i]) + 2.0F*t0*t5*x[i];
-        jacobian[i*2 + 1] = 2.0F*y[i]*(-t4 + t1*t5);
+        const float t1 = expf(-t0);
+        const float t2 = t1*sinf(x[i]);
+        const float t3 = x[i]*x[i];
+        const float t4 = t0*t3;
+        out[i] = t2 + log1pf(t4);  /* out = exp(-y**2)*sin(x) + log1p(x**2*y**2) */
+        const float t5 = 1.0F/(1.0F + t4);
+        jacobian[i*2 + 0] = t1*sg_cos_f32(x[i]) + 2.0F*t0*t5*x[i];
+        jacobian[i*2 + 1] = 2.0F*y[i]*(-t2 + t3*t5);
     }
 }
 
@@ -1329,6 +1824,110 @@ void blend__value_and_jacobian_f32(int64_t n,
 void blend__value_and_jacobian_f32__ptrs(int64_t n, void *const *p)
 {
     blend__value_and_jacobian_f32(n, p[0], p[1], p[2], p[3]);
+}
+
+/* value_jacobian_hessian of blend [model.py:29], float: rows sg_lo to sg_hi - 1 */
+static SG_NOINLINE void sg_rows_blend__value_jacobian_hessian_f32(int64_t sg_lo, int64_t sg_hi,
+                                                                  const float *restrict x,
+                                                                  const float *restrict y,
+                                                                  float *restrict out,
+                                                                  float *restrict jacobian,
+                                                                  float *restrict hessian)
+{
+    SG_SIMD
+    for (int64_t i = sg_lo; i < sg_hi; ++i) {
+        const float t0 = y[i]*y[i];
+        const float t1 = expf(-t0);
+        const float t7 = sinf(x[i]);
+        const float t8 = t1*t7;
+        const float t3 = x[i]*x[i];
+        const float t4 = t0*t3;
+        out[i] = t8 + log1pf(t4);  /* out = exp(-y**2)*sin(x) + log1p(x**2*y**2) */
+        const float t9 = 1.0F/(1.0F + t4);
+        const float t10 = -t8 + t3*t9;
+        const float t11 = t0*t9;
+        const float t12 = 2.0F*x[i];
+        const float t13 = sg_cos_f32(x[i]);
+        jacobian[i*2 + 0] = t1*t13 + t11*t12;
+        const float t14 = 2.0F*y[i];
+        jacobian[i*2 + 1] = t10*t14;
+        const float t15 = t9*t9;
+        const float t16 = t0*t12;
+        const float t17 = -t1*t14;
+        const float t18 = -t14*t15*t3;
+        const float t19 = t13*t17 + t16*t18 + t12*t14*t9;
+        hessian[i*4 + 0] = -t8 + 2.0F*t11 - t0*t12*t15*t16;
+        hessian[i*4 + 1] = t19;
+        hessian[i*4 + 2] = t19;
+        hessian[i*4 + 3] = 2.0F*t10 + t14*(t18*t3 - t17*t7);
+    }
+}
+
+/* value_jacobian_hessian of blend [model.py:29], float */
+void blend__value_jacobian_hessian_f32(int64_t n,
+                                       const float *restrict x,
+                                       const float *restrict y,
+                                       float *restrict out,
+                                       float *restrict jacobian,
+                                       float *restrict hessian)
+{
+    SG_ROWS(60975, sg_rows_blend__value_jacobian_hessian_f32, x, y, out, jacobian, hessian);
+}
+
+/* value_jacobian_hessian of blend [model.py:29], float: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
+void blend__value_jacobian_hessian_f32__ptrs(int64_t n, void *const *p)
+{
+    blend__value_jacobian_hessian_f32(n, p[0], p[1], p[2], p[3], p[4]);
+}
+
+/* hvp of blend [model.py:29], float: rows sg_lo to sg_hi - 1 */
+static SG_NOINLINE void sg_rows_blend__hvp_f32(int64_t sg_lo, int64_t sg_hi,
+                                               const float *restrict x,
+                                               const float *restrict y,
+                                               const float *restrict grad,
+                                               const float *restrict tangent_x,
+                                               const float *restrict tangent_y,
+                                               float *restrict hvp_x,
+                                               float *restrict hvp_y)
+{
+    SG_SIMD
+    for (int64_t i = sg_lo; i < sg_hi; ++i) {
+        const float t0 = y[i]*y[i];
+        const float t1 = expf(-t0);
+        const float t7 = sinf(x[i]);
+        const float t8 = t1*t7;
+        const float t3 = x[i]*x[i];
+        const float t9 = 1.0F/(1.0F + t0*t3);
+        const float t11 = 2.0F*x[i];
+        const float t13 = sg_cos_f32(x[i]);
+        const float t14 = 2.0F*y[i];
+        const float t20 = t14*tangent_y[i];
+        const float t21 = -t1*t20;
+        const float t22 = t11*tangent_x[i];
+        const float t23 = grad[i]*t9;
+        const float t16 = -grad[i]*t9*t9*(t0*t22 + t20*t3);
+        hvp_x[i] = grad[i]*t13*t21 + grad[i]*tangent_x[i]*(-t8 + 2.0F*t0*t9) + t0*t11*t16 + t11*t20*t23;
+        hvp_y[i] = t14*(t16*t3 + t22*t23 - grad[i]*(t21*t7 + t1*t13*tangent_x[i])) + 2.0F*grad[i]*tangent_y[i]*(-t8 + t3*t9);
+    }
+}
+
+/* hvp of blend [model.py:29], float */
+void blend__hvp_f32(int64_t n,
+                    const float *restrict x,
+                    const float *restrict y,
+                    const float *restrict grad,
+                    const float *restrict tangent_x,
+                    const float *restrict tangent_y,
+                    float *restrict hvp_x,
+                    float *restrict hvp_y)
+{
+    SG_ROWS(61728, sg_rows_blend__hvp_f32, x, y, grad, tangent_x, tangent_y, hvp_x, hvp_y);
+}
+
+/* hvp of blend [model.py:29], float: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
+void blend__hvp_f32__ptrs(int64_t n, void *const *p)
+{
+    blend__hvp_f32(n, p[0], p[1], p[2], p[3], p[4], p[5], p[6]);
 }
 
 /* ---- gelu_tanh [model.py:34] ----
@@ -1481,6 +2080,77 @@ void gelu_tanh__value_and_jacobian_f64(int64_t n,
 void gelu_tanh__value_and_jacobian_f64__ptrs(int64_t n, void *const *p)
 {
     gelu_tanh__value_and_jacobian_f64(n, p[0], p[1], p[2]);
+}
+
+/* value_jacobian_hessian of gelu_tanh [model.py:34], double: rows sg_lo to sg_hi - 1 */
+static SG_NOINLINE void sg_rows_gelu_tanh__value_jacobian_hessian_f64(int64_t sg_lo, int64_t sg_hi,
+                                                                      const double *restrict x,
+                                                                      double *restrict out,
+                                                                      double *restrict jacobian,
+                                                                      double *restrict hessian)
+{
+    SG_SIMD
+    for (int64_t i = sg_lo; i < sg_hi; ++i) {
+        const double t0 = 0.5*x[i];
+        const double t1 = sqrt(2.0)/sqrt(3.141592653589793);
+        const double t3 = sg_tanh_f64(t1*(x[i] + 0.044715*x[i]*x[i]*x[i]));
+        out[i] = t0*(1.0 + t3);  /* out = 0.5*x*(1 + tanh(sqrt(2)*(x + 0.044715*x**3)/sqrt(pi))) */
+        const double t4 = t1*(1.0 + 0.134145*x[i]*x[i]);
+        const double t5 = 1.0 - (t3*t3);
+        const double t6 = t4*t5;
+        jacobian[i] = 0.5 + 0.5*t3 + t0*t6;
+        hessian[i] = 0.5*t6 + t4*(1.0 - (t3*t3))*(0.5 - 2.0*t0*t3*t4) + 0.26829*t0*t1*t5*x[i];
+    }
+}
+
+/* value_jacobian_hessian of gelu_tanh [model.py:34], double */
+void gelu_tanh__value_jacobian_hessian_f64(int64_t n,
+                                           const double *restrict x,
+                                           double *restrict out,
+                                           double *restrict jacobian,
+                                           double *restrict hessian)
+{
+    SG_ROWS(52083, sg_rows_gelu_tanh__value_jacobian_hessian_f64, x, out, jacobian, hessian);
+}
+
+/* value_jacobian_hessian of gelu_tanh [model.py:34], double: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
+void gelu_tanh__value_jacobian_hessian_f64__ptrs(int64_t n, void *const *p)
+{
+    gelu_tanh__value_jacobian_hessian_f64(n, p[0], p[1], p[2], p[3]);
+}
+
+/* hvp of gelu_tanh [model.py:34], double: rows sg_lo to sg_hi - 1 */
+static SG_NOINLINE void sg_rows_gelu_tanh__hvp_f64(int64_t sg_lo, int64_t sg_hi,
+                                                   const double *restrict x,
+                                                   const double *restrict grad,
+                                                   const double *restrict tangent_x,
+                                                   double *restrict hvp_x)
+{
+    SG_SIMD
+    for (int64_t i = sg_lo; i < sg_hi; ++i) {
+        const double t0 = 0.5*x[i];
+        const double t1 = sqrt(2.0)/sqrt(3.141592653589793);
+        const double t3 = sg_tanh_f64(t1*(x[i] + 0.044715*x[i]*x[i]*x[i]));
+        const double t6 = t1*(1.0 + 0.134145*x[i]*x[i]);
+        const double t7 = grad[i]*(1.0 - (t3*t3));
+        hvp_x[i] = 0.5*t6*t7*tangent_x[i] + grad[i]*t6*tangent_x[i]*(1.0 - (t3*t3))*(0.5 - 2.0*t0*t3*t6) + 0.26829*t0*t1*t7*tangent_x[i]*x[i];
+    }
+}
+
+/* hvp of gelu_tanh [model.py:34], double */
+void gelu_tanh__hvp_f64(int64_t n,
+                        const double *restrict x,
+                        const double *restrict grad,
+                        const double *restrict tangent_x,
+                        double *restrict hvp_x)
+{
+    SG_ROWS(53191, sg_rows_gelu_tanh__hvp_f64, x, grad, tangent_x, hvp_x);
+}
+
+/* hvp of gelu_tanh [model.py:34], double: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
+void gelu_tanh__hvp_f64__ptrs(int64_t n, void *const *p)
+{
+    gelu_tanh__hvp_f64(n, p[0], p[1], p[2], p[3]);
 }
 
 /* value_and_vjp of gelu_tanh [model.py:34], float: rows sg_lo to sg_hi - 1 */
@@ -1674,6 +2344,77 @@ void gelu_tanh__value_and_jacobian_f32(int64_t n,
 void gelu_tanh__value_and_jacobian_f32__ptrs(int64_t n, void *const *p)
 {
     gelu_tanh__value_and_jacobian_f32(n, p[0], p[1], p[2]);
+}
+
+/* value_jacobian_hessian of gelu_tanh [model.py:34], float: rows sg_lo to sg_hi - 1 */
+static SG_NOINLINE void sg_rows_gelu_tanh__value_jacobian_hessian_f32(int64_t sg_lo, int64_t sg_hi,
+                                                                      const float *restrict x,
+                                                                      float *restrict out,
+                                                                      float *restrict jacobian,
+                                                                      float *restrict hessian)
+{
+    SG_SIMD
+    for (int64_t i = sg_lo; i < sg_hi; ++i) {
+        const float t0 = 0.5F*x[i];
+        const float t1 = sqrtf(2.0F)/sqrtf(3.1415927F);
+        const float t3 = tanhf(t1*(x[i] + 0.044715F*x[i]*x[i]*x[i]));
+        out[i] = t0*(1.0F + t3);  /* out = 0.5*x*(1 + tanh(sqrt(2)*(x + 0.044715*x**3)/sqrt(pi))) */
+        const float t4 = t1*(1.0F + 0.134145F*x[i]*x[i]);
+        const float t5 = 1.0F - (t3*t3);
+        const float t6 = t4*t5;
+        jacobian[i] = 0.5F + 0.5F*t3 + t0*t6;
+        hessian[i] = 0.5F*t6 + t4*(1.0F - (t3*t3))*(0.5F - 2.0F*t0*t3*t4) + 0.26829F*t0*t1*t5*x[i];
+    }
+}
+
+/* value_jacobian_hessian of gelu_tanh [model.py:34], float */
+void gelu_tanh__value_jacobian_hessian_f32(int64_t n,
+                                           const float *restrict x,
+                                           float *restrict out,
+                                           float *restrict jacobian,
+                                           float *restrict hessian)
+{
+    SG_ROWS(104166, sg_rows_gelu_tanh__value_jacobian_hessian_f32, x, out, jacobian, hessian);
+}
+
+/* value_jacobian_hessian of gelu_tanh [model.py:34], float: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
+void gelu_tanh__value_jacobian_hessian_f32__ptrs(int64_t n, void *const *p)
+{
+    gelu_tanh__value_jacobian_hessian_f32(n, p[0], p[1], p[2], p[3]);
+}
+
+/* hvp of gelu_tanh [model.py:34], float: rows sg_lo to sg_hi - 1 */
+static SG_NOINLINE void sg_rows_gelu_tanh__hvp_f32(int64_t sg_lo, int64_t sg_hi,
+                                                   const float *restrict x,
+                                                   const float *restrict grad,
+                                                   const float *restrict tangent_x,
+                                                   float *restrict hvp_x)
+{
+    SG_SIMD
+    for (int64_t i = sg_lo; i < sg_hi; ++i) {
+        const float t0 = 0.5F*x[i];
+        const float t1 = sqrtf(2.0F)/sqrtf(3.1415927F);
+        const float t3 = tanhf(t1*(x[i] + 0.044715F*x[i]*x[i]*x[i]));
+        const float t6 = t1*(1.0F + 0.134145F*x[i]*x[i]);
+        const float t7 = grad[i]*(1.0F - (t3*t3));
+        hvp_x[i] = 0.5F*t6*t7*tangent_x[i] + grad[i]*t6*tangent_x[i]*(1.0F - (t3*t3))*(0.5F - 2.0F*t0*t3*t6) + 0.26829F*t0*t1*t7*tangent_x[i]*x[i];
+    }
+}
+
+/* hvp of gelu_tanh [model.py:34], float */
+void gelu_tanh__hvp_f32(int64_t n,
+                        const float *restrict x,
+                        const float *restrict grad,
+                        const float *restrict tangent_x,
+                        float *restrict hvp_x)
+{
+    SG_ROWS(106382, sg_rows_gelu_tanh__hvp_f32, x, grad, tangent_x, hvp_x);
+}
+
+/* hvp of gelu_tanh [model.py:34], float: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
+void gelu_tanh__hvp_f32__ptrs(int64_t n, void *const *p)
+{
+    gelu_tanh__hvp_f32(n, p[0], p[1], p[2], p[3]);
 }
 
 /* ---- polar [model.py:40] ----
@@ -1872,6 +2613,99 @@ void polar__value_and_jacobian_f64(int64_t n,
 void polar__value_and_jacobian_f64__ptrs(int64_t n, void *const *p)
 {
     polar__value_and_jacobian_f64(n, p[0], p[1], p[2], p[3], p[4]);
+}
+
+/* value_jacobian_hessian of polar [model.py:40], double: rows sg_lo to sg_hi - 1 */
+static SG_NOINLINE void sg_rows_polar__value_jacobian_hessian_f64(int64_t sg_lo, int64_t sg_hi,
+                                                                  const double *restrict r,
+                                                                  const double *restrict theta,
+                                                                  double *restrict out0,
+                                                                  double *restrict out1,
+                                                                  double *restrict jacobian,
+                                                                  double *restrict hessian)
+{
+    SG_SIMD
+    for (int64_t i = sg_lo; i < sg_hi; ++i) {
+        const double t4 = sg_cos_f64(theta[i]);
+        const double t1 = r[i]*t4;
+        out0[i] = t1;  /* out0 = r*cos(theta) */
+        const double t5 = sin(theta[i]);
+        const double t3 = r[i]*t5;
+        out1[i] = t3;  /* out1 = r*sin(theta) */
+        jacobian[i*4 + 0] = t4;
+        jacobian[i*4 + 1] = -t3;
+        jacobian[i*4 + 2] = t5;
+        jacobian[i*4 + 3] = t1;
+        const double t6 = -t5;
+        hessian[i*8 + 0] = 0.0;
+        hessian[i*8 + 1] = t6;
+        hessian[i*8 + 2] = t6;
+        hessian[i*8 + 3] = -r[i]*t4;
+        hessian[i*8 + 4] = 0.0;
+        hessian[i*8 + 5] = t4;
+        hessian[i*8 + 6] = t4;
+        hessian[i*8 + 7] = r[i]*t6;
+    }
+}
+
+/* value_jacobian_hessian of polar [model.py:40], double */
+void polar__value_jacobian_hessian_f64(int64_t n,
+                                       const double *restrict r,
+                                       const double *restrict theta,
+                                       double *restrict out0,
+                                       double *restrict out1,
+                                       double *restrict jacobian,
+                                       double *restrict hessian)
+{
+    SG_ROWS(92592, sg_rows_polar__value_jacobian_hessian_f64, r, theta, out0, out1, jacobian, hessian);
+}
+
+/* value_jacobian_hessian of polar [model.py:40], double: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
+void polar__value_jacobian_hessian_f64__ptrs(int64_t n, void *const *p)
+{
+    polar__value_jacobian_hessian_f64(n, p[0], p[1], p[2], p[3], p[4], p[5]);
+}
+
+/* hvp of polar [model.py:40], double: rows sg_lo to sg_hi - 1 */
+static SG_NOINLINE void sg_rows_polar__hvp_f64(int64_t sg_lo, int64_t sg_hi,
+                                               const double *restrict r,
+                                               const double *restrict theta,
+                                               const double *restrict grad_out0,
+                                               const double *restrict grad_out1,
+                                               const double *restrict tangent_r,
+                                               const double *restrict tangent_theta,
+                                               double *restrict hvp_r,
+                                               double *restrict hvp_theta)
+{
+    SG_SIMD
+    for (int64_t i = sg_lo; i < sg_hi; ++i) {
+        const double t3 = sg_cos_f64(theta[i]);
+        const double t5 = sin(theta[i]);
+        const double t7 = -t5*tangent_theta[i];
+        const double t8 = t3*tangent_theta[i];
+        hvp_r[i] = grad_out0[i]*t7 + grad_out1[i]*t8;
+        hvp_theta[i] = -grad_out0[i]*(r[i]*t8 + t5*tangent_r[i]) + grad_out1[i]*r[i]*t7 + grad_out1[i]*t3*tangent_r[i];
+    }
+}
+
+/* hvp of polar [model.py:40], double */
+void polar__hvp_f64(int64_t n,
+                    const double *restrict r,
+                    const double *restrict theta,
+                    const double *restrict grad_out0,
+                    const double *restrict grad_out1,
+                    const double *restrict tangent_r,
+                    const double *restrict tangent_theta,
+                    double *restrict hvp_r,
+                    double *restrict hvp_theta)
+{
+    SG_ROWS(69444, sg_rows_polar__hvp_f64, r, theta, grad_out0, grad_out1, tangent_r, tangent_theta, hvp_r, hvp_theta);
+}
+
+/* hvp of polar [model.py:40], double: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
+void polar__hvp_f64__ptrs(int64_t n, void *const *p)
+{
+    polar__hvp_f64(n, p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7]);
 }
 
 /* value_and_vjp of polar [model.py:40], float: rows sg_lo to sg_hi - 1 */
@@ -2121,4 +2955,132 @@ void polar__value_and_jacobian_f32(int64_t n,
 void polar__value_and_jacobian_f32__ptrs(int64_t n, void *const *p)
 {
     polar__value_and_jacobian_f32(n, p[0], p[1], p[2], p[3], p[4]);
+}
+
+/* value_jacobian_hessian of polar [model.py:40], float: rows sg_lo to sg_hi - 1 */
+static SG_NOINLINE void sg_rows_polar__value_jacobian_hessian_f32(int64_t sg_lo, int64_t sg_hi,
+                                                                  const float *restrict r,
+                                                                  const float *restrict theta,
+                                                                  float *restrict out0,
+                                                                  float *restrict out1,
+                                                                  float *restrict jacobian,
+                                                                  float *restrict hessian)
+{
+    /* two rows per iteration, i from the first half and j from the second (an odd count does its
+       middle row twice): their chains of math calls overlap in the CPU */
+    const int64_t sg_half = (sg_hi - sg_lo + 1)/2;
+    const int64_t sg_skip = sg_hi - sg_lo - sg_half;
+    SG_SIMD
+    for (int64_t i = sg_lo; i < sg_lo + sg_half; ++i) {
+        const int64_t j = i + sg_skip;
+        const float t4 = sg_cos_f32(theta[i]);
+        const float t4_b = sg_cos_f32(theta[j]);
+        const float t1 = r[i]*t4;
+        const float t1_b = r[j]*t4_b;
+        out0[i] = t1;  /* out0 = r*cos(theta) */
+        out0[j] = t1_b;
+        const float t5 = sinf(theta[i]);
+        const float t5_b = sinf(theta[j]);
+        const float t3 = r[i]*t5;
+        const float t3_b = r[j]*t5_b;
+        out1[i] = t3;  /* out1 = r*sin(theta) */
+        jacobian[i*4 + 0] = t4;
+        jacobian[i*4 + 1] = -t3;
+        jacobian[i*4 + 2] = t5;
+        jacobian[i*4 + 3] = t1;
+        out1[j] = t3_b;
+        jacobian[j*4 + 0] = t4_b;
+        jacobian[j*4 + 1] = -t3_b;
+        jacobian[j*4 + 2] = t5_b;
+        jacobian[j*4 + 3] = t1_b;
+        const float t6 = -t5;
+        const float t6_b = -t5_b;
+        hessian[i*8 + 0] = 0.0F;
+        hessian[i*8 + 1] = t6;
+        hessian[i*8 + 2] = t6;
+        hessian[i*8 + 3] = -r[i]*t4;
+        hessian[i*8 + 4] = 0.0F;
+        hessian[i*8 + 5] = t4;
+        hessian[i*8 + 6] = t4;
+        hessian[i*8 + 7] = r[i]*t6;
+        hessian[j*8 + 0] = 0.0F;
+        hessian[j*8 + 1] = t6_b;
+        hessian[j*8 + 2] = t6_b;
+        hessian[j*8 + 3] = -r[j]*t4_b;
+        hessian[j*8 + 4] = 0.0F;
+        hessian[j*8 + 5] = t4_b;
+        hessian[j*8 + 6] = t4_b;
+        hessian[j*8 + 7] = r[j]*t6_b;
+    }
+}
+
+/* value_jacobian_hessian of polar [model.py:40], float */
+void polar__value_jacobian_hessian_f32(int64_t n,
+                                       const float *restrict r,
+                                       const float *restrict theta,
+                                       float *restrict out0,
+                                       float *restrict out1,
+                                       float *restrict jacobian,
+                                       float *restrict hessian)
+{
+    SG_ROWS(185185, sg_rows_polar__value_jacobian_hessian_f32, r, theta, out0, out1, jacobian, hessian);
+}
+
+/* value_jacobian_hessian of polar [model.py:40], float: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
+void polar__value_jacobian_hessian_f32__ptrs(int64_t n, void *const *p)
+{
+    polar__value_jacobian_hessian_f32(n, p[0], p[1], p[2], p[3], p[4], p[5]);
+}
+
+/* hvp of polar [model.py:40], float: rows sg_lo to sg_hi - 1 */
+static SG_NOINLINE void sg_rows_polar__hvp_f32(int64_t sg_lo, int64_t sg_hi,
+                                               const float *restrict r,
+                                               const float *restrict theta,
+                                               const float *restrict grad_out0,
+                                               const float *restrict grad_out1,
+                                               const float *restrict tangent_r,
+                                               const float *restrict tangent_theta,
+                                               float *restrict hvp_r,
+                                               float *restrict hvp_theta)
+{
+    /* two rows per iteration, i from the first half and j from the second (an odd count does its
+       middle row twice): their chains of math calls overlap in the CPU */
+    const int64_t sg_half = (sg_hi - sg_lo + 1)/2;
+    const int64_t sg_skip = sg_hi - sg_lo - sg_half;
+    SG_SIMD
+    for (int64_t i = sg_lo; i < sg_lo + sg_half; ++i) {
+        const int64_t j = i + sg_skip;
+        const float t3 = sg_cos_f32(theta[i]);
+        const float t3_b = sg_cos_f32(theta[j]);
+        const float t5 = sinf(theta[i]);
+        const float t5_b = sinf(theta[j]);
+        const float t7 = -t5*tangent_theta[i];
+        const float t7_b = -t5_b*tangent_theta[j];
+        const float t8 = t3*tangent_theta[i];
+        const float t8_b = t3_b*tangent_theta[j];
+        hvp_r[i] = grad_out0[i]*t7 + grad_out1[i]*t8;
+        hvp_theta[i] = -grad_out0[i]*(r[i]*t8 + t5*tangent_r[i]) + grad_out1[i]*r[i]*t7 + grad_out1[i]*t3*tangent_r[i];
+        hvp_r[j] = grad_out0[j]*t7_b + grad_out1[j]*t8_b;
+        hvp_theta[j] = -grad_out0[j]*(r[j]*t8_b + t5_b*tangent_r[j]) + grad_out1[j]*r[j]*t7_b + grad_out1[j]*t3_b*tangent_r[j];
+    }
+}
+
+/* hvp of polar [model.py:40], float */
+void polar__hvp_f32(int64_t n,
+                    const float *restrict r,
+                    const float *restrict theta,
+                    const float *restrict grad_out0,
+                    const float *restrict grad_out1,
+                    const float *restrict tangent_r,
+                    const float *restrict tangent_theta,
+                    float *restrict hvp_r,
+                    float *restrict hvp_theta)
+{
+    SG_ROWS(138888, sg_rows_polar__hvp_f32, r, theta, grad_out0, grad_out1, tangent_r, tangent_theta, hvp_r, hvp_theta);
+}
+
+/* hvp of polar [model.py:40], float: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
+void polar__hvp_f32__ptrs(int64_t n, void *const *p)
+{
+    polar__hvp_f32(n, p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7]);
 }

@@ -43,6 +43,23 @@ def square__value_and_jacobian(x):
     return (out, _sg.pack((jacobian_0_0,), (1, 1)),)
 
 
+def square__value_jacobian_hessian(x):
+    """value_jacobian_hessian of square [model.py:12]."""
+    with numpy.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
+        dtype = numpy.result_type(x)
+        out = (x*x)  # out = x**2
+        jacobian_0_0 = 2*x
+        hessian_0_0 = numpy.asarray(2, dtype)
+    return (out, _sg.pack((jacobian_0_0,), (1, 1)), _sg.pack((hessian_0_0,), (1, 1)),)
+
+
+def square__hvp(x, grad, tangent_x):
+    """hvp of square [model.py:12]."""
+    with numpy.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
+        hvp_x = 2*grad*tangent_x
+    return (hvp_x,)
+
+
 def neo_relu__value_and_vjp(x, grad):
     """value_and_vjp of neo_relu [model.py:17]."""
     with numpy.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
@@ -83,6 +100,23 @@ def neo_relu__value_and_jacobian(x):
         out = numpy.where((x > 0), x, -0.1)  # out = where(x > 0, x, -0.1)
         jacobian_0_0 = numpy.where((x > 0), 1, 0).astype(dtype)
     return (out, _sg.pack((jacobian_0_0,), (1, 1)),)
+
+
+def neo_relu__value_jacobian_hessian(x):
+    """value_jacobian_hessian of neo_relu [model.py:17]."""
+    with numpy.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
+        dtype = numpy.result_type(x)
+        out = numpy.where((x > 0), x, -0.1)  # out = where(x > 0, x, -0.1)
+        jacobian_0_0 = numpy.where((x > 0), 1, 0).astype(dtype)
+        hessian_0_0 = numpy.asarray(0, dtype)
+    return (out, _sg.pack((jacobian_0_0,), (1, 1)), _sg.pack((hessian_0_0,), (1, 1)),)
+
+
+def neo_relu__hvp(x, grad, tangent_x):
+    """hvp of neo_relu [model.py:17]."""
+    with numpy.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
+        hvp_x = 0
+    return (hvp_x,)
 
 
 def softplus__value_and_vjp(x, grad):
@@ -127,18 +161,39 @@ def softplus__value_and_jacobian(x):
     return (out, _sg.pack((jacobian_0_0,), (1, 1)),)
 
 
+def softplus__value_jacobian_hessian(x):
+    """value_jacobian_hessian of softplus [model.py:23]."""
+    with numpy.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
+        t0 = numpy.exp(-numpy.abs(x))
+        out = numpy.where((x > 0), x, 0) + numpy.log1p(t0)  # out = softplus(x)
+        t1 = numpy.where((x >= 0), 1, t0)
+        t2 = 1 + t0
+        jacobian_0_0 = t1/t2
+        hessian_0_0 = t1*numpy.where((x <= 0), 1, t0)/(t2*t2)
+    return (out, _sg.pack((jacobian_0_0,), (1, 1)), _sg.pack((hessian_0_0,), (1, 1)),)
+
+
+def softplus__hvp(x, grad, tangent_x):
+    """hvp of softplus [model.py:23]."""
+    with numpy.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
+        t2 = numpy.exp(-numpy.abs(x))
+        t1 = 1 + t2
+        hvp_x = grad*tangent_x*numpy.where((x >= 0), 1, t2)*numpy.where((x <= 0), 1, t2)/(t1*t1)
+    return (hvp_x,)
+
+
 def blend__value_and_vjp(x, y, grad):
     """value_and_vjp of blend [model.py:29]."""
     with numpy.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
         t0 = (y*y)
-        t1 = (x*x)
-        t2 = t0*t1
-        t3 = numpy.exp(-t0)
-        t4 = t3*numpy.sin(x)
-        out = t4 + numpy.log1p(t2)  # out = exp(-y**2)*sin(x) + log1p(x**2*y**2)
-        t5 = 1/(1 + t2)
-        grad_x = grad*(t3*numpy.cos(x) + 2*t0*t5*x)  # grad_x = d(out)/dx . grad
-        grad_y = 2*grad*y*(-t4 + t1*t5)  # grad_y = d(out)/dy . grad
+        t1 = numpy.exp(-t0)
+        t2 = t1*numpy.sin(x)
+        t3 = (x*x)
+        t4 = t0*t3
+        out = t2 + numpy.log1p(t4)  # out = exp(-y**2)*sin(x) + log1p(x**2*y**2)
+        t5 = 1/(1 + t4)
+        grad_x = grad*(t1*numpy.cos(x) + 2*t0*t5*x)  # grad_x = d(out)/dx . grad
+        grad_y = 2*grad*y*(-t2 + t3*t5)  # grad_y = d(out)/dy . grad
     return (out, grad_x, grad_y,)
 
 
@@ -154,11 +209,11 @@ def blend__vjp(x, y, grad):
     """vjp of blend [model.py:29]."""
     with numpy.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
         t0 = (y*y)
-        t1 = (x*x)
-        t3 = numpy.exp(-t0)
-        t5 = 1/(1 + t0*t1)
-        grad_x = grad*(t3*numpy.cos(x) + 2*t0*t5*x)  # grad_x = d(out)/dx . grad
-        grad_y = 2*grad*y*(t1*t5 - t3*numpy.sin(x))  # grad_y = d(out)/dy . grad
+        t1 = numpy.exp(-t0)
+        t3 = (x*x)
+        t5 = 1/(1 + t0*t3)
+        grad_x = grad*(t1*numpy.cos(x) + 2*t0*t5*x)  # grad_x = d(out)/dx . grad
+        grad_y = 2*grad*y*(t3*t5 - t1*numpy.sin(x))  # grad_y = d(out)/dy . grad
     return (grad_x, grad_y,)
 
 
@@ -166,13 +221,14 @@ def blend__jvp(x, y, tangent_x, tangent_y):
     """jvp of blend [model.py:29]."""
     with numpy.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
         t0 = (y*y)
-        t1 = (x*x)
-        t2 = t0*t1
-        t3 = numpy.exp(-t0)
-        t4 = t3*numpy.sin(x)
-        out = t4 + numpy.log1p(t2)  # out = exp(-y**2)*sin(x) + log1p(x**2*y**2)
-        t5 = 1/(1 + t2)
-        jvp_out = tangent_x*(t3*numpy.cos(x) + 2*t0*t5*x) + 2*tangent_y*y*(-t4 + t1*t5)
+        t1 = numpy.exp(-t0)
+        t2 = t1*numpy.sin(x)
+        t3 = (x*x)
+        t4 = t0*t3
+        out = t2 + numpy.log1p(t4)  # out = exp(-y**2)*sin(x) + log1p(x**2*y**2)
+        t6 = 2*tangent_y*y
+        t5 = 1/(1 + t4)
+        jvp_out = -t2*t6 + t1*tangent_x*numpy.cos(x) + t3*t5*t6 + 2*t0*t5*tangent_x*x
     return (out, jvp_out,)
 
 
@@ -180,15 +236,67 @@ def blend__value_and_jacobian(x, y):
     """value_and_jacobian of blend [model.py:29]."""
     with numpy.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
         t0 = (y*y)
-        t1 = (x*x)
-        t2 = t0*t1
-        t3 = numpy.exp(-t0)
-        t4 = t3*numpy.sin(x)
-        out = t4 + numpy.log1p(t2)  # out = exp(-y**2)*sin(x) + log1p(x**2*y**2)
-        t5 = 1/(1 + t2)
-        jacobian_0_0 = t3*numpy.cos(x) + 2*t0*t5*x
-        jacobian_0_1 = 2*y*(-t4 + t1*t5)
+        t1 = numpy.exp(-t0)
+        t2 = t1*numpy.sin(x)
+        t3 = (x*x)
+        t4 = t0*t3
+        out = t2 + numpy.log1p(t4)  # out = exp(-y**2)*sin(x) + log1p(x**2*y**2)
+        t5 = 1/(1 + t4)
+        jacobian_0_0 = t1*numpy.cos(x) + 2*t0*t5*x
+        jacobian_0_1 = 2*y*(-t2 + t3*t5)
     return (out, _sg.pack((jacobian_0_0, jacobian_0_1,), (1, 2)),)
+
+
+def blend__value_jacobian_hessian(x, y):
+    """value_jacobian_hessian of blend [model.py:29]."""
+    with numpy.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
+        t0 = (y*y)
+        t1 = numpy.exp(-t0)
+        t7 = numpy.sin(x)
+        t8 = t1*t7
+        t3 = (x*x)
+        t4 = t0*t3
+        out = t8 + numpy.log1p(t4)  # out = exp(-y**2)*sin(x) + log1p(x**2*y**2)
+        t9 = 1/(1 + t4)
+        t10 = -t8 + t3*t9
+        t11 = t0*t9
+        t12 = 2*x
+        t13 = numpy.cos(x)
+        jacobian_0_0 = t1*t13 + t11*t12
+        t14 = 2*y
+        jacobian_0_1 = t10*t14
+        t15 = (t9*t9)
+        t16 = t0*t12
+        t17 = -t1*t14
+        t18 = -t14*t15*t3
+        t19 = t13*t17 + t16*t18 + t12*t14*t9
+        hessian_0_0 = -t8 + 2*t11 - t0*t12*t15*t16
+        hessian_0_1 = t19
+        hessian_1_0 = t19
+        hessian_1_1 = 2*t10 + t14*(t18*t3 - t17*t7)
+    return (out, _sg.pack((jacobian_0_0, jacobian_0_1,), (1, 2)), _sg.pack((hessian_0_0, hessian_0_1, hessian_1_0, hessian_1_1,), (2, 2)),)
+
+
+def blend__hvp(x, y, grad, tangent_x, tangent_y):
+    """hvp of blend [model.py:29]."""
+    with numpy.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
+        t0 = (y*y)
+        t1 = numpy.exp(-t0)
+        t7 = numpy.sin(x)
+        t8 = t1*t7
+        t3 = (x*x)
+        t9 = 1/(1 + t0*t3)
+        t11 = 2*x
+        t13 = numpy.cos(x)
+        t14 = 2*y
+        t20 = t14*tangent_y
+        t21 = -t1*t20
+        t22 = t11*tangent_x
+        t23 = grad*t9
+        t16 = -grad*(t9*t9)*(t0*t22 + t20*t3)
+        hvp_x = grad*t13*t21 + grad*tangent_x*(-t8 + 2*t0*t9) + t0*t11*t16 + t11*t20*t23
+        hvp_y = t14*(t16*t3 + t22*t23 - grad*(t21*t7 + t1*t13*tangent_x)) + 2*grad*tangent_y*(-t8 + t3*t9)
+    return (hvp_x, hvp_y,)
 
 
 def gelu_tanh__value_and_vjp(x, grad):
@@ -238,6 +346,33 @@ def gelu_tanh__value_and_jacobian(x):
         out = t0*(1 + t2)  # out = 0.5*x*(1 + tanh(sqrt(2)*(x + 0.044715*x**3)/sqrt(pi)))
         jacobian_0_0 = 0.5 + 0.5*t2 + t0*t1*(1 - (t2*t2))*(1 + 0.134145*(x*x))
     return (out, _sg.pack((jacobian_0_0,), (1, 1)),)
+
+
+def gelu_tanh__value_jacobian_hessian(x):
+    """value_jacobian_hessian of gelu_tanh [model.py:34]."""
+    with numpy.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
+        t0 = 0.5*x
+        t1 = float(numpy.sqrt(2)/numpy.sqrt(numpy.pi))
+        t3 = numpy.tanh(t1*(x + 0.044715*(x*x*x)))
+        out = t0*(1 + t3)  # out = 0.5*x*(1 + tanh(sqrt(2)*(x + 0.044715*x**3)/sqrt(pi)))
+        t4 = t1*(1 + 0.134145*(x*x))
+        t5 = 1 - (t3*t3)
+        t6 = t4*t5
+        jacobian_0_0 = 0.5 + 0.5*t3 + t0*t6
+        hessian_0_0 = 0.5*t6 + t4*(1 - (t3*t3))*(0.5 - 2*t0*t3*t4) + 0.26829*t0*t1*t5*x
+    return (out, _sg.pack((jacobian_0_0,), (1, 1)), _sg.pack((hessian_0_0,), (1, 1)),)
+
+
+def gelu_tanh__hvp(x, grad, tangent_x):
+    """hvp of gelu_tanh [model.py:34]."""
+    with numpy.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
+        t0 = 0.5*x
+        t1 = float(numpy.sqrt(2)/numpy.sqrt(numpy.pi))
+        t3 = numpy.tanh(t1*(x + 0.044715*(x*x*x)))
+        t6 = t1*(1 + 0.134145*(x*x))
+        t7 = grad*(1 - (t3*t3))
+        hvp_x = 0.5*t6*t7*tangent_x + grad*t6*tangent_x*(1 - (t3*t3))*(0.5 - 2*t0*t3*t6) + 0.26829*t0*t1*t7*tangent_x*x
+    return (hvp_x,)
 
 
 def polar__value_and_vjp(r, theta, grad_out0, grad_out1):
@@ -299,3 +434,41 @@ def polar__value_and_jacobian(r, theta):
         jacobian_1_0 = t2
         jacobian_1_1 = t1
     return (out0, out1, _sg.pack((jacobian_0_0, jacobian_0_1, jacobian_1_0, jacobian_1_1,), (2, 2)),)
+
+
+def polar__value_jacobian_hessian(r, theta):
+    """value_jacobian_hessian of polar [model.py:40]."""
+    with numpy.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
+        dtype = numpy.result_type(r, theta)
+        t4 = numpy.cos(theta)
+        t1 = r*t4
+        out0 = t1  # out0 = r*cos(theta)
+        t5 = numpy.sin(theta)
+        t3 = r*t5
+        out1 = t3  # out1 = r*sin(theta)
+        jacobian_0_0 = t4
+        jacobian_0_1 = -t3
+        jacobian_1_0 = t5
+        jacobian_1_1 = t1
+        t6 = -t5
+        hessian_0_0_0 = numpy.asarray(0, dtype)
+        hessian_0_0_1 = t6
+        hessian_0_1_0 = t6
+        hessian_0_1_1 = -r*t4
+        hessian_1_0_0 = numpy.asarray(0, dtype)
+        hessian_1_0_1 = t4
+        hessian_1_1_0 = t4
+        hessian_1_1_1 = r*t6
+    return (out0, out1, _sg.pack((jacobian_0_0, jacobian_0_1, jacobian_1_0, jacobian_1_1,), (2, 2)), _sg.pack((hessian_0_0_0, hessian_0_0_1, hessian_0_1_0, hessian_0_1_1, hessian_1_0_0, hessian_1_0_1, hessian_1_1_0, hessian_1_1_1,), (2, 2, 2)),)
+
+
+def polar__hvp(r, theta, grad_out0, grad_out1, tangent_r, tangent_theta):
+    """hvp of polar [model.py:40]."""
+    with numpy.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
+        t3 = numpy.cos(theta)
+        t5 = numpy.sin(theta)
+        t7 = -t5*tangent_theta
+        t8 = t3*tangent_theta
+        hvp_r = grad_out0*t7 + grad_out1*t8
+        hvp_theta = -grad_out0*(r*t8 + t5*tangent_r) + grad_out1*r*t7 + grad_out1*t3*tangent_r
+    return (hvp_r, hvp_theta,)
