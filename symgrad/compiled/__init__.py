@@ -9,6 +9,8 @@ from pathlib import Path
 
 from symgrad.build.compile import compile_model_in_cache, model_key
 from symgrad.build.package import Package
+from symgrad.compiled import elementwise as elementwise  # registers sg.exp(array) & co. (symgrad.dispatch)
+from symgrad.compiled import reference as reference  # CompiledFunction pickles as a reference
 from symgrad.compiled.arguments import sum_to_shape
 from symgrad.compiled.function import CompiledFunction, register_tensor_hook
 from symgrad.errors import StalePackageWarning
