@@ -9,16 +9,28 @@
     softplus.value_and_vjp(x, grad_out)        # compiled on first use
     m = sg.compile("model.py")                  # or a whole model file
 
+The API: ``sg.function``, ``sg.compile``, ``sg.Vector``/``sg.Matrix`` (argument shapes), the errors, the
+tape runtime (``sg.Tensor``, ``sg.no_grad``, ``sg.grad``, factories like ``sg.zeros``), ``sg.nn``,
+``sg.optim``, ``sg.viz`` (graphs) and the backend switches (``sg.set_backend``).
+
+The math that models are written with, SymPy's functions and symgrad's stable primitives (on symbols each
+builds a SymPy expression; on an ``sg.Tensor`` or a NumPy array it computes elementwise; ``help(sg.exp)``
+describes one), is these names:
+
+    Abs, abs, acos, acosh, And, asin, asinh, atan, atan2, atanh, besseli, besselj, beta, betaln,
+    cbrt, ceiling, clamp, cos, cosh, digamma, e, Eq, erf, erfc, erfcx, erfinv, exp, exp2, expm1,
+    floor, frac, gamma, Heaviside, hypot, i0e, i1e, lgamma, log, log10, log1p, log2, logaddexp,
+    loggamma, logsigmoid, logsumexp, Max, maximum, Min, minimum, Mod, Ne, Not, Or, pi, Piecewise,
+    polygamma, real_root, relu, sigmoid, sign, sin, sinc, sinh, softplus, sqrt, tan, tanh, where,
+    xlogy
+
 Names are loaded lazily so that importing a compiled package imports neither SymPy nor the tape runtime.
-The runtime's names (``sg.Tensor``, ...) and the math names (``sg.exp``, ``sg.where``, ...) are those of
-``symgrad.runtime.__all__`` and ``symgrad.compiler.functions.__all__``.
+The runtime's names and the math names are those of ``symgrad.runtime.__all__`` and
+``symgrad.compiler.functions.__all__``.
 """
 
-from __future__ import annotations
-
-import importlib
-import importlib.util
-from typing import Any
+import importlib as _importlib
+import importlib.util as _importlib_util
 
 __version__ = "0.1.0"
 
@@ -44,7 +56,7 @@ _LAZY: dict[str, str] = {
     "get_backend": "backends:get_backend_name",
     "available_backends": "backends:available",
 }
-_SUBMODULES = ("nn", "optim")
+_SUBMODULES = ("nn", "optim", "viz", "func")
 #: modules whose ``__all__`` are public names of ``sg`` too, looked up in this order on first use: the tape
 #: runtime (``sg.Tensor``, ``sg.no_grad``, ...; no SymPy), then the math that models are written with
 _NAMESPACES = ("runtime", "compiler.functions")
@@ -61,12 +73,12 @@ _ERRORS = [
 
 
 def _namespace_names() -> list[str]:
-    return [n for ns in _NAMESPACES for n in importlib.import_module(f".{ns}", __name__).__all__]
+    return [n for ns in _NAMESPACES for n in _importlib.import_module(f".{ns}", __name__).__all__]
 
 
-def _from_namespaces(name: str) -> Any:
+def _from_namespaces(name: str) -> object:
     for ns in _NAMESPACES:
-        module = importlib.import_module(f".{ns}", __name__)
+        module = _importlib.import_module(f".{ns}", __name__)
         if name in module.__all__:
             return getattr(module, name)
     raise AttributeError(f"module 'symgrad' has no attribute {name!r}")
@@ -74,17 +86,17 @@ def _from_namespaces(name: str) -> Any:
 
 def _is_submodule(name: str) -> bool:
     """``from symgrad import abi`` asks for the attribute first: a submodule must not import SymPy."""
-    return importlib.util.find_spec(f"{__name__}.{name}") is not None
+    return _importlib_util.find_spec(f"{__name__}.{name}") is not None
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> object:
     if name in _LAZY:
         module, _, attr = _LAZY[name].partition(":")
-        value = getattr(importlib.import_module(f".{module}", __name__), attr or name)
+        value = getattr(_importlib.import_module(f".{module}", __name__), attr or name)
     elif name in _SUBMODULES:
-        value = importlib.import_module(f".{name}", __name__)
-    elif name == "__all__":
-        value = [*_ERRORS, *_LAZY, *_SUBMODULES, *_namespace_names()]
+        value = _importlib.import_module(f".{name}", __name__)
+    elif name == "__all__":  # what help(sg) documents: the math names are one list in the docstring
+        value = [*_ERRORS, *_LAZY, *_SUBMODULES, *_importlib.import_module(".runtime", __name__).__all__]
     elif not name.startswith("_") and not _is_submodule(name):
         value = _from_namespaces(name)
     else:
@@ -94,4 +106,7 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY) | set(_SUBMODULES) | set(_namespace_names()))
+    """The public names and the module's dunders; not its own helpers, nor the internal submodules
+    (``symgrad.compiler``, ...) that importing adds as attributes."""
+    dunders = [n for n in globals() if n.startswith("__")]
+    return sorted({*dunders, *_ERRORS, *_LAZY, *_SUBMODULES, *_namespace_names()})

@@ -1,0 +1,177 @@
+"""``f.plot()`` and ``symgrad plot``: a function and its derivative over a range, on one matplotlib Figure.
+
+The derivative comes from the compiled vjp, and central finite differences are drawn over it as points, so
+that a wrong gradient shows. Where the value or the derivative is NaN or infinite the range is shaded; the
+points where a ``where``/``clamp`` condition, a ``Max``/``Min``/``maximum``/``minimum`` or an ``Abs`` of
+the traced function switches branch are marked (kinks, or branch switches of a smooth function).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+
+import numpy as np
+import sympy
+
+from symgrad.compiler.primitives import maximum, minimum
+from symgrad.errors import ModelError
+
+#: finite-difference points drawn over the derivative
+FD_POINTS = 25
+#: bisection steps that place a branch switch found between two grid points
+BISECTIONS = 60
+
+
+def _figure():
+    try:
+        from matplotlib.figure import Figure
+    except ImportError:
+        raise ImportError("plotting needs matplotlib: pip install 'symgrad[plot]'") from None
+    return Figure(figsize=(7, 4.5), layout="constrained")
+
+
+def _switch_expressions(exprs) -> set[sympy.Expr]:
+    """Expressions whose sign change is a branch switch: condition sides, extremum rivals, Abs arguments."""
+    found: set[sympy.Expr] = set()
+    for e in exprs:
+        for rel in e.atoms(sympy.core.relational.Relational):
+            found.add(rel.lhs - rel.rhs)
+        for node in e.atoms(sympy.Max, sympy.Min, maximum, minimum):
+            found |= {a - b for i, a in enumerate(node.args) for b in node.args[i + 1 :]}
+        found |= {node.args[0] for node in e.atoms(sympy.Abs)}
+    return {g for g in found if g.free_symbols}
+
+
+def _roots(g, x: np.ndarray) -> list[float]:
+    """Where ``g`` (a vectorized function) changes sign on the grid ``x``, refined by bisection."""
+    with np.errstate(all="ignore"):
+        v = np.broadcast_to(np.asarray(g(x), dtype=float), x.shape)
+    roots = [float(t) for t in x[v == 0]]
+    for i in np.flatnonzero(np.sign(v[:-1]) * np.sign(v[1:]) < 0):
+        lo, hi, s_lo = x[i], x[i + 1], np.sign(v[i])
+        for _ in range(BISECTIONS):
+            mid = 0.5 * (lo + hi)
+            with np.errstate(all="ignore"):
+                s = np.sign(float(g(mid)))
+            lo, hi = (mid, hi) if s == s_lo else (lo, mid)
+        roots.append(float(0.5 * (lo + hi)))
+    return roots
+
+
+def kinks(fn, wrt: str, at: Mapping[str, float], lo: float, hi: float, output: int = 0) -> list[float]:
+    """The points of [lo, hi] where the traced ``fn`` switches branch along ``wrt`` (others fixed ``at``)."""
+    spec = fn.trace()
+    symbol = {a.name: a.symbols[0] for a in spec.args}
+    fixed = {symbol[n]: v for n, v in at.items()}
+    x = np.linspace(lo, hi, 2001)
+    found = set()
+    for g in _switch_expressions(spec.outputs[output].exprs):
+        g = g.xreplace(fixed)
+        if g.free_symbols != {symbol[wrt]}:
+            continue
+        f = sympy.lambdify(symbol[wrt], g, modules="numpy")
+        found |= {round(r, 12) for r in _roots(f, x)}
+    return sorted(found)
+
+
+def _nonfinite_runs(x: np.ndarray, bad: np.ndarray) -> list[tuple[float, float]]:
+    """(start, end) of each run of grid points where ``bad`` holds, widened by half a grid step."""
+    step = (x[-1] - x[0]) / max(len(x) - 1, 1)
+    edges = np.flatnonzero(np.diff(np.concatenate([[0], bad.astype(np.int8), [0]])))
+    return [(x[a] - step / 2, x[b - 1] + step / 2) for a, b in zip(edges[::2], edges[1::2])]
+
+
+def _arguments(compiled, wrt: str | None, at: Mapping[str, float] | None) -> tuple[str, dict[str, float]]:
+    names = compiled.arg_names
+    wrt = wrt or names[0]
+    if wrt not in names:
+        raise ModelError(f"{compiled.name}: no argument {wrt!r} to plot along; arguments: {', '.join(names)}")
+    for name, shape in zip(names, compiled.arg_shapes):
+        if shape:
+            raise ModelError(
+                f"{compiled.name}: plot draws functions of scalar arguments; {name} has shape {shape}"
+            )
+    unknown = sorted(set(at or {}) - set(names))
+    if unknown:
+        raise ModelError(f"{compiled.name}: no argument {unknown[0]!r}; arguments: {', '.join(names)}")
+    at = {n: float((at or {}).get(n, 1.0)) for n in names if n != wrt}
+    return wrt, at
+
+
+def _curves(compiled, wrt: str, at: dict, x: np.ndarray, output: int) -> tuple[np.ndarray, np.ndarray]:
+    """(value, derivative along ``wrt``) of output ``output`` on the grid ``x``."""
+    args = [x if n == wrt else np.full_like(x, at[n]) for n in compiled.arg_names]
+    cots = [np.full_like(x, float(k == output)) for k in range(compiled.n_outputs)]
+    with np.errstate(all="ignore"):
+        outs, grads = compiled.value_and_vjp(*args, *cots)
+    value = outs[output] if compiled.returns_tuple else outs
+    return value, grads[compiled.arg_names.index(wrt)]
+
+
+def plot(
+    fn,
+    range: tuple[float, float] = (-3.0, 3.0),  # noqa: A002  (the CLI's --range)
+    wrt: str | None = None,
+    at: Mapping[str, float] | None = None,
+    output: int = 0,
+    points: int = 801,
+    path: str | Path | None = None,
+):
+    """A matplotlib Figure of ``fn``'s output ``output`` and its derivative along argument ``wrt`` (the
+    first one) over ``range``, the other arguments fixed at ``at`` (default 1.0); finite differences as
+    points, NaN/inf regions shaded, branch switches as dotted lines; ``path``: saved there (.png, .svg)."""
+    compiled = fn.compiled() if hasattr(fn, "compiled") else fn
+    wrt, at = _arguments(compiled, wrt, at)
+    lo, hi = map(float, range)
+    if not lo < hi:
+        raise ModelError(f"plot range: expected A < B, got {lo:g} {hi:g}")
+    x = np.linspace(lo, hi, points)
+    value, deriv = _curves(compiled, wrt, at, x, output)
+    switches = kinks(fn, wrt, at, lo, hi, output) if hasattr(fn, "trace") else []
+    xs, fd = _finite_differences(compiled, wrt, at, (lo, hi), output, switches)
+    fig = _figure()
+    ax = fig.add_subplot()
+    name = f"{compiled.name}({', '.join(wrt if n == wrt else f'{n}={at[n]:g}' for n in compiled.arg_names)})"
+    out = f"[{output}]" if compiled.n_outputs > 1 else ""
+    ax.plot(x, value, label=f"{name}{out}", color="C0")
+    ax.plot(x, deriv, label=f"d/d{wrt}", color="C1")
+    ax.plot(xs, fd, "o", ms=4, mfc="none", color="C3", label="finite differences")
+    _mark(ax, x, ~(np.isfinite(value) & np.isfinite(deriv)), switches)
+    ax.set_ylim(*_y_limits(value, deriv))
+    ax.set_xlabel(wrt)
+    ax.set_title(f"{compiled.name} and its derivative [{compiled.origin}]")
+    ax.grid(alpha=0.3)
+    ax.legend(loc="best", fontsize=9)
+    if path is not None:
+        fig.savefig(path)
+    return fig
+
+
+def _finite_differences(compiled, wrt: str, at: dict, span: tuple, output: int, switches: list) -> tuple:
+    """(points, central differences) at ``FD_POINTS`` points of ``span``, none within reach of a switch."""
+    xs = np.linspace(*span, FD_POINTS + 2)[1:-1]
+    step = lambda t: np.cbrt(np.finfo(float).eps) * np.maximum(1.0, np.abs(t))  # noqa: E731
+    xs = xs[[all(abs(t - s) > 4 * step(t) for s in switches) for t in xs]]
+    h = step(xs)
+    up, down = (_curves(compiled, wrt, at, xs + sign * h, output)[0] for sign in (1, -1))
+    with np.errstate(all="ignore"):
+        return xs, (up - down) / (2 * h)
+
+
+def _y_limits(*curves: np.ndarray) -> tuple[float, float]:
+    """A y range that shows the curves, not their poles: their finite values but the top and bottom 0.5%."""
+    finite = np.concatenate([c[np.isfinite(c)] for c in curves])
+    if finite.size == 0:
+        return -1.0, 1.0
+    lo, hi = np.percentile(finite, [0.5, 99.5])
+    pad = 0.1 * (hi - lo) or 1.0
+    return float(lo - pad), float(hi + pad)
+
+
+def _mark(ax, x: np.ndarray, bad: np.ndarray, switches: list[float]) -> None:
+    """Shade the non-finite runs and draw the branch switches."""
+    for k, (a, b) in enumerate(_nonfinite_runs(x, bad)):
+        ax.axvspan(a, b, color="0.6", alpha=0.3, label="NaN or inf" if k == 0 else None)
+    for k, s in enumerate(switches):
+        ax.axvline(s, color="0.3", ls=":", lw=1, label="branch switch" if k == 0 else None)
