@@ -43,7 +43,7 @@ bench: $(STAMP)
 
 ## make fuzz: property-based gradient tests and hostile names, with a large example budget
 fuzz: $(STAMP)
-	SYMGRAD_FUZZ_EXAMPLES=2000 $(BIN)/python -m pytest tests/test_properties.py tests/test_names_fuzz.py
+	SYMGRAD_FUZZ_EXAMPLES=2000 $(BIN)/python -m pytest tests/test_properties.py tests/test_names_fuzz.py tests/test_extremes.py
 
 ## make sanitize: the tests that run C kernels (every target, dtype, layout and extreme input), once with
 ## -fsanitize=address,undefined (UBSan reports are fatal); libstdc++ is preloaded after libasan so that
