@@ -57,8 +57,8 @@ def split_units(source: str, units: int) -> list[str]:
         line += section.count("\n") + 1
     total, offset = sum(map(len, sections)), 0
     groups: list[list[str]] = [[] for _ in range(units)]
-    for text, section in zip(placed, sections):  # by each section's offset in kernels.c: similar sizes
-        groups[min(units - 1, offset * units // total)].append(text)
+    for text, section in zip(placed, sections):  # by each section's middle in kernels.c: similar sizes
+        groups[min(units - 1, (2 * offset + len(section)) * units // (2 * total))].append(text)
         offset += len(section)
     return [head + "\n" + "\n".join(group) for group in groups if group]
 
