@@ -441,6 +441,12 @@ SLOW_PUBLISH = textwrap.dedent("""\
 """)
 
 
+def _interruptible() -> None:
+    """In the child: Ctrl-C's default action, which a shell's background job inherits as ignored (then
+    Python installs no KeyboardInterrupt handler and the SIGINT these tests send does nothing)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _interrupt_when(proc: subprocess.Popen, marker: str, timeout: float = 120) -> tuple[str, str]:
     """Read stderr until ``marker`` shows up, send SIGINT, wait; returns (stderr before, stderr after)."""
     import select
@@ -481,6 +487,7 @@ def test_sigint_while_deriving_leaves_previous_package_or_none(tmp_path, previou
         env=env_for(tmp_path / "cache"),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
+        preexec_fn=_interruptible,
     )
     seen, err = _interrupt_when(proc, "[2/2] slow")
     assert proc.returncode == 130, seen + err
@@ -508,6 +515,7 @@ def test_sigint_while_writing_the_package_leaves_previous_package_or_none(tmp_pa
         env=env_for(tmp_path / "cache"),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
+        preexec_fn=_interruptible,
     )
     seen, err = _interrupt_when(proc, "publishing")
     assert proc.returncode == 130, seen + err
