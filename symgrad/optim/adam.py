@@ -7,8 +7,6 @@ import math
 from collections.abc import Iterable
 from typing import Any
 
-import numpy as np
-
 from symgrad.optim.optimizer import Optimizer, run_rule
 
 _STATE = ("exp_avg", "exp_avg_sq", "max_exp_avg_sq")
@@ -46,14 +44,8 @@ class Adam(Optimizer):
         for group in self.param_groups:
             amsgrad = group["amsgrad"]
             keys = _STATE[: 3 if amsgrad else 2]
-            for p in group["params"]:
-                if p.grad is None:
-                    continue
+            for p, state in self._stepped(group, keys):
                 data = p.data
-                state = self.state.get(p)
-                if state is None:
-                    state = self.state[p] = {"step": 0, **{k: np.zeros(data.shape, data.dtype) for k in keys}}
-                state["step"] += 1
                 arrays = (data, p.grad.data, *(state[k] for k in keys))
                 run_rule(
                     "adam_amsgrad" if amsgrad else "adam",

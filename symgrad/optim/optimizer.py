@@ -69,6 +69,19 @@ class Optimizer:
                 g = p.grad.data
                 yield p, (g + wd * p.data if wd else g)
 
+    def _stepped(self, group: dict[str, Any], keys: tuple[str, ...]) -> Iterable[tuple[Any, dict[str, Any]]]:
+        """(parameter, its state with ``step`` advanced) for each parameter of ``group`` that has a gradient;
+        a first step creates the state: zero arrays named ``keys``, shaped like the parameter."""
+        for p in group["params"]:
+            if p.grad is None:
+                continue
+            state = self.state.get(p)
+            if state is None:
+                zeros = {k: np.zeros(p.data.shape, p.data.dtype) for k in keys}
+                state = self.state[p] = {"step": 0, **zeros}
+            state["step"] += 1
+            yield p, state
+
     # -- persistence ----------------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         """``{'state': {index: {...}}, 'param_groups': [{..., 'params': [indices]}]}`` as in PyTorch:

@@ -6,8 +6,6 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-import numpy as np
-
 from symgrad.optim.optimizer import Optimizer, run_rule
 
 
@@ -44,14 +42,8 @@ class RMSprop(Optimizer):
             momentum, centered = group["momentum"], group["centered"]
             keys = ("square_avg",) + (("momentum_buffer",) if momentum > 0 else ())
             keys += ("grad_avg",) if centered else ()
-            for p in group["params"]:
-                if p.grad is None:
-                    continue
+            for p, state in self._stepped(group, keys):
                 data = p.data
-                state = self.state.get(p)
-                if state is None:
-                    state = self.state[p] = {"step": 0, **{k: np.zeros(data.shape, data.dtype) for k in keys}}
-                state["step"] += 1
                 grad_avg, buf = state.get("grad_avg", 0.0), state.get("momentum_buffer", 0.0)
                 hyper = (group["alpha"], 1 - group["alpha"], group["eps"], group["weight_decay"], group["lr"])
                 hyper += (momentum, 1.0 if centered else 0.0)
