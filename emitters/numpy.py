@@ -37,6 +37,15 @@ def _constant_select(expr) -> bool:
     return isinstance(expr, sympy.Piecewise) and all(v.is_number for v, _ in expr.args)
 
 
+def _small_power(f) -> bool:
+    """``x**2`` .. ``x**4``: printed as a product of the base."""
+    return f.is_Pow and f.exp.is_Integer and 2 <= int(f.exp) <= 4
+
+
+def _divisor(f) -> bool:
+    return f.is_Pow and f.exp.is_number and f.exp.is_negative
+
+
 class SymgradNumPyPrinter(ExpressionPrinter, TermOrder, PiecewiseSelects, NumPyPrinter):
     """Expressions only; statements and layout belong to the emitter.
 
@@ -62,6 +71,20 @@ class SymgradNumPyPrinter(ExpressionPrinter, TermOrder, PiecewiseSelects, NumPyP
         finally:
             self._in_constant = False
 
+    def _print_Mul(self, expr):
+        """A product without a divisor runs left to right with its squares and cubes spelled out in line
+        (``2*e*x*x``, not ``2*e*(x*x)``): where ``e`` underflows to 0 and ``x*x`` overflows, ``(2*e*x)*x`` is
+        0 as the true value is, where ``e*(x*x)`` would be 0*inf = NaN (as the C target prints it)."""
+        coeff, rest = expr.as_coeff_Mul()
+        factors = sympy.Mul.make_args(rest)
+        if any(_divisor(f) for f in factors) or not any(_small_power(f) for f in factors):
+            return super()._print_Mul(expr)
+        parts = [] if abs(coeff) == 1 else [self.parenthesize(abs(coeff), PRECEDENCE["Mul"])]
+        for f in rest.as_ordered_factors():
+            base, times = (f.base, int(f.exp)) if _small_power(f) else (f, 1)
+            parts += [self.parenthesize(base, PRECEDENCE["Mul"])] * times
+        return ("-" if coeff.is_negative else "") + "*".join(parts)
+
     def _print_Pow(self, expr, rational=False):
         base, exp = expr.args
         if exp.is_Integer and 1 <= abs(int(exp)) <= 4:
@@ -78,6 +101,12 @@ class SymgradNumPyPrinter(ExpressionPrinter, TermOrder, PiecewiseSelects, NumPyP
         if exp.is_Rational:
             return f"{self.parenthesize(base, PRECEDENCE['Pow'])}**{float(exp)!r}"
         return f"{self.parenthesize(base, PRECEDENCE['Pow'])}**{self.parenthesize(exp, PRECEDENCE['Pow'])}"
+
+    def parenthesize(self, item, level, strict=False):
+        """A positive fraction is one number in Python (``0.5*r``, not ``(0.5)*r``)."""
+        if isinstance(item, sympy.Rational) and item.is_positive:
+            return self._print(item)
+        return super().parenthesize(item, level, strict)
 
     def _print_Relational(self, expr):
         op = {"==": "==", "!=": "!=", "<": "<", "<=": "<=", ">": ">", ">=": ">="}[expr.rel_op]
@@ -143,7 +172,7 @@ class SymgradNumPyPrinter(ExpressionPrinter, TermOrder, PiecewiseSelects, NumPyP
 HELPER_FUNCTIONS = (
     "xlogy", "erf", "erfc", "erfinv", "erfcx", "loggamma", "gamma", "polygamma", "beta", "betaln", "exp2",
     "log2", "log10", "cbrt", "sinc", "Mod", "frac", "j0", "j1", "i0", "i1", "i0e", "i1e",
-    "i0e_minus_i1e", "digamma_difference", "erfcx_grad", "root",
+    "i0e_minus_i1e", "digamma_difference", "erfcx_grad", "root", "hurwitz_zeta",
 )  # fmt: skip
 for _name in HELPER_FUNCTIONS:
     setattr(SymgradNumPyPrinter, f"_print_{_name}", SymgradNumPyPrinter._helper)

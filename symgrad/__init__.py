@@ -22,7 +22,7 @@ describes one), is these names:
     floor, frac, gamma, Heaviside, hypot, i0e, i1e, lgamma, log, log10, log1p, log2, logaddexp,
     loggamma, logsigmoid, logsumexp, Max, maximum, Min, minimum, Mod, Ne, Not, Or, pi, Piecewise,
     polygamma, real_root, relu, sigmoid, sign, sin, sinc, sinh, softplus, sqrt, tan, tanh, where,
-    xlogy
+    xlogy, zeta
 
 Names are loaded lazily so that importing a compiled package imports neither SymPy nor the tape runtime.
 The runtime's names and the math names are those of ``symgrad.runtime.__all__`` and

@@ -1,7 +1,8 @@
 """``SYMGRAD_DEBUG``: what symgrad prints about its own work, on stderr.
 
-- ``1``: the kernel IR of every function it compiles, with the time of each stage (trace, derive, lower,
-  emit); cache entries it finds broken and rebuilds; why a fast path is unavailable; the CLI's tracebacks.
+- ``1``: the kernel IR of every function it compiles, with the time of each stage (trace, derive, lower
+  per program, emit per target); cache entries it finds broken and rebuilds; why a fast path is
+  unavailable; the CLI's tracebacks.
 - ``2``: also the generated source of every function and every compiler command.
 """
 
@@ -9,6 +10,9 @@ from __future__ import annotations
 
 import os
 import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 
 def debug(level: int) -> bool:
@@ -17,6 +21,17 @@ def debug(level: int) -> bool:
         return int(os.environ.get("SYMGRAD_DEBUG", "0")) >= level
     except ValueError:
         return False
+
+
+@contextmanager
+def timed(label: str) -> Iterator[None]:
+    """At ``SYMGRAD_DEBUG=1``: ``label: 0.123 s`` once the block is done (the time of one compile stage)."""
+    if not debug(1):
+        yield
+        return
+    started = time.perf_counter()
+    yield
+    say(f"{label}: {time.perf_counter() - started:.3f} s")
 
 
 def say(text: str) -> None:

@@ -234,3 +234,20 @@ DIGAMMA_ASYMPTOTIC = (
     0.08333333333333333,
     -0.4432598039215686,
 )
+
+#: (2k)!/B_2k, k = 1..12: the Euler-Maclaurin correction terms of the Hurwitz zeta function, as Cephes zeta.c
+#: (S. L. Moshier) tabulates them (recomputed here from the Bernoulli numbers)
+ZETA_EULER_MACLAURIN = (
+    12.0,
+    -720.0,
+    30240.0,
+    -1209600.0,
+    47900160.0,
+    -1892437580.3183792,
+    74724249600.0,
+    -2950130727918.164,
+    116467828143500.67,
+    -4597978722407473.0,
+    1.8152105401943546e17,
+    -7.166165256175667e18,
+)

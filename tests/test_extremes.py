@@ -19,8 +19,7 @@ of ±4 eps (the condition number); a result whose estimate is not finite is not 
 (the gradient moves under a perturbation of 1e-30 relative) are checked for finiteness only.
 
 Scope: a point is used in a dtype only where every node of symgrad's own forward formula (the rewrite
-pass's output) is representable (``formula_overflows``: ``log(1 + x**2)`` at 1e200 overflows as written).
-Constructs that fail today are left out of the trees and pinned by a strict xfail (``KNOWN_FAILURES``).
+pass's output) is representable (``formula_overflows``: ``x**6`` at 1e100 overflows as written).
 
 Budget: a few deterministic examples in ``make test``; ``SYMGRAD_FUZZ_EXAMPLES`` under ``make fuzz``.
 """
@@ -32,7 +31,6 @@ from collections.abc import Callable
 
 import mpmath as mp
 import numpy as np
-import pytest
 import sympy
 from cli_runner import run_symgrad
 from fuzzing import budget
@@ -97,71 +95,7 @@ OPS: dict[str, tuple[int, Callable]] = {
     "softmax2": (2, lambda a, b: sg.exp(a) / (sg.exp(a) + sg.exp(b))),
     "where_gt": (2, lambda a, b: sg.where(a > b, a, b**2)),
 }
-#: constructs that fail today, left out of the random trees (``excluded``) and each pinned by
-#: ``test_known_failures``, which fails once it is fixed (then delete the entry and its exclusion):
-#: reason, a minimal tree, failing points per dtype
-KNOWN_FAILURES = {
-    "asinh": (
-        "asinh's derivative 1/sqrt(1 + x**2) overflows to 0 beyond |x| = 1e154 (float64), 1.8e19 (float32): "
-        "the true 1/|x| is representable",
-        ("asinh", ("var", 0)),
-        {"float64": [(3e200,)], "float32": [(3e30,)]},
-    ),
-    "hypot": (
-        "hypot inside another function is computed as max*sqrt(1 + min**2/max**2) (the grouped power lost): "
-        "0/0 at 1.5e-300 in float64, inf/inf at 1e30 in float32, so atan(hypot(x, x)) is NaN",
-        ("atan", ("hypot", ("var", 0), ("var", 0))),
-        {"float64": [(-1.5e-300,)], "float32": [(-1e30,)]},
-    ),
-    "atan2": (
-        "atan2's gradient goes through cos/sin of the rounded angle: d/dx atan2(x, y) at (1, 0) is 6.1e-17 "
-        "(float64) and -4.4e-8 (float32) for 0, at (1e30, 1) 6.1e-47 for 1e-60",
-        ("atan2", ("var", 0), ("var", 1)),
-        {"float64": [(1.0, 0.0), (1e30, 1.0)], "float32": [(1.0, 0.0)]},
-    ),
-    "function of a quotient": (
-        "a function of 1/x at |x| < 1e-154: the adjoint underflows to 0 and d(1/x) = -1/x**2 overflows, "
-        "0*inf: the gradients of tanh(1/x) (true 0), atan(1/x) (true -1) and 1/(1 + 1/x) (true 1) at 1e-200 "
-        "are NaN",
-        ("atan", ("recip", ("var", 0))),
-        {"float64": [(1e-200,)], "float32": [(1.0,)]},
-    ),
-    "quotient by a function": (
-        "1/v with v = f(u) tiny: the quotient rule through the output forms -g*w/v = -g/v**2 before the "
-        "tiny dv: 1/sin(x**3) at x = 1e-8 in float32 has gradient -inf (true -3e32; 1/x**3 is right)",
-        ("recip", ("sin", ("cube", ("var", 0)))),
-        {"float64": [(1.0,)], "float32": [(1e-8,)]},
-    ),
-    "loggamma under exp": (
-        "SymPy writes |exp(loggamma(u))| as exp(re(loggamma(u))), and symgrad does not support re: "
-        "sg.Abs(sg.exp(sg.loggamma(x))) raises UnsupportedError",
-        ("abs", ("exp", ("loggamma_abs", ("var", 0)))),
-        {"float64": [(2.0,)], "float32": [(2.0,)]},
-    ),
-}
-EXCLUDED_OPS = {"asinh", "hypot", "atan2"}
-QUOTIENTS = {
-    "recip",
-    "div",
-    "log_abs",
-}  # log_abs: exp(-log|u|) is 1/|u| (sigmoid_naive(log|x|) = 1/(1 + 1/|x|))
-LINEAR = {"add", "sub", "neg", "mul", "max", "min"}
-EXP_LIKE = {"exp", "exp_neg_sq", "expm1", "softmax2", "sigmoid_naive", "softplus_naive"}
-DRAWN = sorted(set(OPS) - EXCLUDED_OPS)
-
-
-def excluded(tree, inside: bool = False, under_exp: bool = False) -> bool:
-    """Whether ``tree`` holds a known failure (``KNOWN_FAILURES``): a quotient inside a function other than
-    sums, products, Max and Min ("function of a quotient"), a quotient whose denominator is such a function
-    ("quotient by a function"), a loggamma below an exponential ("loggamma under exp")."""
-    if tree[0] in ("var", "const"):
-        return False
-    if (tree[0] in QUOTIENTS and inside) or (tree[0] == "loggamma_abs" and under_exp):
-        return True
-    if tree[0] in ("recip", "div") and tree[-1][0] not in LINEAR | {"var", "const"}:
-        return True  # "quotient by a function"
-    inside = inside or tree[0] not in LINEAR
-    return any(excluded(c, inside, under_exp or tree[0] in EXP_LIKE) for c in tree[1:])
+DRAWN = sorted(OPS)
 
 
 CONSTANTS = {"2": 2, "-1": -1, "1/2": R(1, 2), "3": 3}
@@ -452,7 +386,7 @@ def coordinates(dtype: str):
 @st.composite
 def cases(draw):
     n = draw(st.integers(1, 2))
-    tree = draw(trees(n).filter(lambda t: not excluded(t)))
+    tree = draw(trees(n))
     points = {
         dtype: draw(st.lists(st.tuples(*[coordinates(dtype)] * n), min_size=2, max_size=4))
         for dtype in DTYPE_BITS
@@ -533,15 +467,6 @@ def test_extreme_points_finite_and_accurate(case):
     assert not failures, "\n".join(failures[:7])
 
 
-@pytest.mark.parametrize("name", sorted(KNOWN_FAILURES))
-@pytest.mark.xfail(strict=True, reason="a known failure at extreme points (KNOWN_FAILURES)")
-def test_known_failures(name):
-    """Each construct left out of the random trees still fails at its points (strict: fixed, it XPASSes)."""
-    reason, tree, points = KNOWN_FAILURES[name]
-    failures, _ = run_case(len(points["float64"][0]), tree, points)
-    assert not failures, reason + "\n" + "\n".join(failures[:7])
-
-
 # -- symgrad check at extreme magnitudes ---------------------------------------------------------------------
 
 UNSTABLE_MODEL = """
@@ -567,26 +492,33 @@ def singular(x):
 
 
 def test_check_reports_nan_at_extreme_magnitudes_naming_output_and_point(tmp_path):
-    """``symgrad check`` samples 0 and ±1e±30/200/300 too, and warns (exit status unchanged) where the value
-    or gradient is NaN/inf but 60-digit mpmath (central differences for the gradient) is finite."""
+    """``symgrad check`` samples 0 and ±1e±30/200/300 too, and fails (exit status 1) where the value or
+    gradient is NaN/inf but 60-digit mpmath (central differences for the gradient) is finite."""
     (tmp_path / "model.py").write_text(UNSTABLE_MODEL)
     r = run_symgrad("check", "model.py", cwd=tmp_path)
-    assert r.returncode == 0 and r.stdout.count("ok ") == 3, r.stdout + r.stderr
-    warnings_ = [line for line in r.stderr.splitlines() if line.startswith("symgrad: warning: ")]
-    assert (
-        "symgrad: warning: ratio: value of output out is nan at x=-1e+200; mpmath (60 digits, value) gives 1"
-        in warnings_
-    ), r.stderr
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert r.stdout.count("ok ") == 1 and "ok   singular:" in r.stdout, r.stdout
+    assert "FAIL ratio: " in r.stdout and "FAIL pair: " in r.stdout, r.stdout
+    found = [line.strip() for line in r.stdout.splitlines() if line.startswith("  ")]
+    assert "ratio: value of output out is nan at x=-1e+200; mpmath (60 digits, value) gives 1" in found, found
     assert any(
-        line.startswith(
-            "symgrad: warning: ratio: d/dx of output out is nan at x=-1e+200; mpmath (60 digits, "
-        )
-        for line in warnings_
-    ), r.stderr
+        line.startswith("ratio: d/dx of output out is nan at x=-1e+200; mpmath (60 digits, ")
+        for line in found
+    ), found
     # each output on its own: softplus(x)*y (out0) is finite, and x**2/(1+x**2) + y's NaN is out1's
-    pair = [line for line in warnings_ if ": pair: " in line]
+    pair = [line for line in found if line.startswith("pair: ")]
     assert pair and all("output out1" in line for line in pair if "more NaN" not in line), pair
-    assert not any("singular" in line for line in warnings_), r.stderr
+
+
+def test_check_passes_the_example_model_at_extreme_magnitudes():
+    """examples/model.py's ``blend`` (log(1 + x**2*y**2), inf at 1e200 as written) and ``gelu_tanh`` (0*inf
+    in its gradient at 1e200) are finite there now, so ``make demo``'s check passes with no finding."""
+    from pathlib import Path
+
+    model = Path(__file__).resolve().parents[1] / "examples" / "model.py"
+    r = run_symgrad("check", str(model), "blend", "gelu_tanh", cwd=model.parent)
+    assert r.returncode == 0 and r.stdout.count("ok ") == 2, r.stdout + r.stderr
+    assert "extreme magnitudes" not in r.stdout + r.stderr and "warning" not in r.stderr, r.stdout + r.stderr
 
 
 def test_check_extremes_is_silent_where_symgrad_is_stable():

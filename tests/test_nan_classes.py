@@ -168,6 +168,62 @@ def xlogy(x, y):
     return sg.xlogy(x, y)
 
 
+@sg.function
+def asinh(x):
+    return sg.asinh(x)
+
+
+@sg.function
+def atan_of_hypot(x):
+    return sg.atan(sg.hypot(x, x))
+
+
+@sg.function
+def abs_gamma(x):
+    return sg.Abs(sg.exp(sg.loggamma(x)))
+
+
+@sg.function
+def log_one_plus_square(x, y):
+    return sg.log(1 + x**2 * y**2)
+
+
+@sg.function
+def gelu_tanh(x):
+    return 0.5 * x * (1 + sg.tanh(sg.sqrt(2 / sg.pi) * (x + 0.044715 * x**3)))
+
+
+@sg.function
+def of_reciprocal(x):
+    return sg.atan(1 / x) + sg.tanh(1 / x) + sg.erf(1 / x) + sg.sigmoid(1 / x)
+
+
+@sg.function
+def over_one_plus_reciprocal(x):
+    return 1 / (1 + 1 / x) + sg.exp(-1 / x**2)
+
+
+@sg.function
+def over_a_function(x):
+    return 1 / sg.sin(x**3)
+
+
+def _of_reciprocal_ref(x):
+    t = 1 / x
+    s = 1 / (1 + mp.exp(-t))
+    value = mp.atan(t) + mp.tanh(t) + mp.erf(t) + s
+    return value, (
+        -(1 / (1 + t**2) + 1 / mp.cosh(t) ** 2 + 2 * mp.exp(-(t**2)) / mp.sqrt(mp.pi) + s * (1 - s)) * t**2,
+    )
+
+
+def _gelu_ref(x):
+    c = mp.sqrt(2 / mp.pi)
+    z = c * (x + mp.mpf("0.044715") * x**3)
+    slope = 0.5 * (1 + mp.tanh(z)) + 0.5 * x * c * (1 + 3 * mp.mpf("0.044715") * x**2) / mp.cosh(z) ** 2
+    return 0.5 * x * (1 + mp.tanh(z)), (slope,)
+
+
 def _sinc_derivative(x):
     """(x cos x - sin x)/x**2, by its series where 50 digits would cancel to 0."""
     return -x / 3 + x**3 / 30 if abs(x) < 1e-5 else (x * mp.cos(x) - mp.sin(x)) / x**2
@@ -279,6 +335,58 @@ CASES = {
             "float32": [(1e-30, 2e-30), (1.0, -2.0)],
         },
     ),
+    "atan2_on_an_axis": Case(
+        angle,
+        lambda y, x: (mp.atan2(y, x), (x / (x**2 + y**2), -y / (x**2 + y**2))),
+        # through cos/sin of the rounded angle pi/2, d/dy at (1, 0) was 6e-17 (float32: -4e-8), not 0
+        {"float64": [(1.0, 0.0), (1e30, 1.0), (1e-300, 1e-300)], "float32": [(1.0, 0.0), (1e15, 1.0)]},
+    ),
+    "asinh": Case(
+        asinh,
+        lambda x: (mp.asinh(x), (1 / mp.sqrt(1 + x**2),)),  # 1/sqrt(1 + x**2) was 0 from 1e154
+        {"float64": [(3e200,), (-1e300,), (0.5,)], "float32": [(3e30,), (0.5,)]},
+    ),
+    "hypot_inside_a_function": Case(
+        atan_of_hypot,  # (n/m)**2 distributed into n**2/m**2 was 0/0 at 1.5e-300 and inf/inf at 1e30 (f32)
+        lambda x: (mp.atan(mp.sqrt(2) * abs(x)), (mp.sqrt(2) * mp.sign(x) / (1 + 2 * x**2),)),
+        {"float64": [(-1.5e-300,), (1e200,), (0.5,)], "float32": [(-1e30,), (1e-30,), (0.5,)]},
+    ),
+    "abs_of_exp_of_loggamma": Case(
+        abs_gamma,  # SymPy's exp(re(loggamma(x))) was an UnsupportedError (re)
+        lambda x: (mp.gamma(x), (mp.gamma(x) * mp.digamma(x),)),
+        dict.fromkeys(BOTH, [(2.0,), (3.5,), (0.25,)]),
+    ),
+    "log_one_plus_square": Case(
+        log_one_plus_square,  # x**2*y**2 overflowed from 1e154 (inf, NaN gradients); inf*0 at (1e200, 1e-200)
+        lambda x, y: (
+            mp.log1p(x**2 * y**2),
+            (2 * x * y**2 / (1 + x**2 * y**2), 2 * x**2 * y / (1 + x**2 * y**2)),
+        ),
+        {
+            "float64": [(1e300, -1e300), (1e-200, 1e300), (1e200, 1e-200), (1e-300, 1e-300), (0.5, 0.25)],
+            "float32": [(1e30, 1e30), (1e-30, 1e30), (0.5, 0.25)],
+        },
+    ),
+    "gelu_tanh": Case(
+        gelu_tanh,  # x*(1 - tanh(z)**2)*(1 + 3c*x**2) was 0*inf at 1e200: an exact 0 where tanh' is 0
+        _gelu_ref,
+        {"float64": [(1e200,), (-1e200,), (1e300,), (0.5,)], "float32": [(1e30,), (-1e30,), (0.5,)]},
+    ),
+    "function_of_a_reciprocal": Case(
+        of_reciprocal,  # at 1e-200: 1/(1 + t**2) = 0 (and tanh', erf', sigmoid') times -1/x**2 = inf: NaN
+        _of_reciprocal_ref,
+        {"float64": [(1e-200,), (-1e-200,), (0.5,)], "float32": [(1e-30,), (0.5,)]},
+    ),
+    "one_over_one_plus_reciprocal": Case(
+        over_one_plus_reciprocal,  # w**2/x**2 and exp(-1/x**2)*2/x**3: 0/0 and 0*inf at 1e-200
+        lambda x: (1 / (1 + 1 / x) + mp.exp(-1 / x**2), (1 / (1 + x) ** 2 + 2 * mp.exp(-1 / x**2) / x**3,)),
+        {"float64": [(1e-200,), (0.5,)], "float32": [(1e-30,), (0.5,)]},
+    ),
+    "quotient_by_a_function": Case(
+        over_a_function,  # -g*w/v = -g*w**2*dv: w**2 = 1e48 overflows float32 at 1e-8, w*(dv/v) = 3e32 not
+        lambda x: (1 / mp.sin(x**3), (-3 * x**2 * mp.cos(x**3) / mp.sin(x**3) ** 2,)),
+        {"float64": [(1e-8,), (0.5,)], "float32": [(1e-8,), (0.5,)]},
+    ),
     "one_minus_sigmoid": Case(
         one_minus_sigmoid,
         lambda x: (_sigmoid(-x), (-_sigmoid(x) * _sigmoid(-x),)),
@@ -338,8 +446,8 @@ def _close(got, want, dtype: str, atol: float, what: str) -> None:
 
 @pytest.mark.parametrize("name", list(CASES))
 def test_finite_and_accurate(name, backend, dtype):
-    """Value and gradient by the vjp, and the same gradient by the Jacobian (reverse, one row) and by the jvp
-    (forward accumulation, one unit tangent per argument)."""
+    """Value and gradient by value_and_vjp, and the same gradient by the vjp alone (pruned without the
+    output), the Jacobian (reverse, one row) and the jvp (forward accumulation, one unit tangent each)."""
     case = CASES[name]
     for point in case.points[dtype]:
         arrays = [np.asarray([p], dtype=dtype) for p in point]
@@ -347,6 +455,7 @@ def test_finite_and_accurate(name, backend, dtype):
         with warnings.catch_warnings():
             warnings.simplefilter("error")  # no RuntimeWarning from an untaken branch either
             out, grads = case.fn.value_and_vjp(*arrays, np.ones_like(arrays[0]))
+            vjp_only = case.fn.vjp(*arrays, np.ones_like(arrays[0]))  # pruned without the output
             _, jacobian = case.fn.value_and_jacobian(*arrays)
             jvps = [
                 case.fn.jvp(tuple(arrays), tuple(np.full_like(a, j == k) for j, a in enumerate(arrays)))[1]
@@ -355,6 +464,7 @@ def test_finite_and_accurate(name, backend, dtype):
         _close(out[0], want, dtype, case.atol, f"{name}{point} value")
         for k, w in enumerate(want_grads):
             _close(grads[k][0], w, dtype, case.atol, f"{name}{point} d/darg{k} (vjp)")
+            _close(np.ravel(vjp_only[k])[0], w, dtype, case.atol, f"{name}{point} d/darg{k} (vjp only)")
             _close(np.ravel(jacobian)[k], w, dtype, case.atol, f"{name}{point} d/darg{k} (jacobian)")
             _close(np.ravel(jvps[k])[0], w, dtype, case.atol, f"{name}{point} d/darg{k} (jvp)")
 
@@ -401,3 +511,23 @@ def test_textbook_forms_become_primitives():
     assert stabilize(sg.exp(x) / (sg.exp(x) + sg.exp(y))) == sigmoid(x - y)
     assert stabilize(sg.log(1 + sg.exp(x) + sg.exp(y))).has(logaddexp)
     assert stabilize(sg.sqrt(x**2 + y**2)) == hypot_primitive(x, y)
+
+
+@sg.function
+def log_add_exp(a, b):
+    return sg.logaddexp(a, b)
+
+
+def test_logaddexp_hessian_at_a_tie(backend, dtype):
+    """d/da logaddexp is sigmoid(a - b) also at a == b (exactly 1/2 there), so its derivative is the true
+    s*(1 - s) = 1/4 (the tie's constant 1/2 gave 0); an infinite tie keeps finite gradients of 1/2."""
+    a = np.array([0.0, 3.0, -700.0, 1.0], dtype)
+    b = np.array([0.0, 3.0, -700.0, 0.0], dtype)
+    s = 1 / (1 + np.exp(-1.0))
+    want = np.array(
+        [[0.25, -0.25], [-0.25, 0.25]] * 3 + [[s * (1 - s), -s * (1 - s)], [-s * (1 - s), s * (1 - s)]]
+    )
+    np.testing.assert_allclose(np.reshape(log_add_exp.hessian(a, b), (4 * 2, 2)), want, rtol=RTOL[dtype])
+    inf = np.full(1, -np.inf, dtype)
+    _, grads = log_add_exp.value_and_vjp(inf, inf, np.ones(1, dtype))
+    assert [float(g[0]) for g in grads] == [0.5, 0.5]

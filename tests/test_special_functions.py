@@ -12,13 +12,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import mpmath as mp
 import numpy as np
 import pytest
+import scipy.special
 import sympy
 from special_reference import CASES, reference, sample, ulp_errors
 
 import symgrad as sg
-from symgrad.errors import ModelError
+from symgrad.errors import ModelError, UnsupportedError
 
 MODEL = Path(__file__).parent / "models" / "special.py"
 TOLERANCE = {"float64": (4.0, 8.0), "float32": (2.0, 4.0)}  # (value, gradient), ulp
@@ -56,6 +58,7 @@ def _measure(fn, name: str, dtype: str, n: int) -> tuple[list, list[np.ndarray]]
     refs = _REFERENCES[key]
     with np.errstate(all="ignore"):
         out, grads = fn.value_and_vjp(*cols, np.ones(len(points), dtype=dtype))
+    grads = [g for g in grads if g is not None]  # a nondiff argument's (zeta's s)
     assert out.dtype == np.dtype(dtype) and all(g.dtype == np.dtype(dtype) for g in grads)
     errors = [ulp_errors(out, [r[0] for r in refs], dtype)]
     errors += [ulp_errors(g, [r[1 + i] for r in refs], dtype) for i, g in enumerate(grads)]
@@ -100,7 +103,7 @@ def test_mod_follows_the_divisor_sign_and_its_gradient_is_minus_floor(compiled, 
 @pytest.mark.parametrize(
     "name",
     "loggamma lgamma gamma digamma polygamma beta betaln exp2 log2 log10 cbrt Heaviside real_root sinc Mod "
-    "frac erfinv erfcx besselj besseli i0e i1e".split(),
+    "frac erfinv erfcx besselj besseli i0e i1e zeta".split(),
 )
 def test_sg_exports_the_special_functions(name):
     assert callable(getattr(sg, name))
@@ -118,3 +121,50 @@ def test_sinc_derivative_is_finite_at_tiny_arguments(compiled, backend):
     """SymPy's own rule, cos(x)/x - sin(x)/x**2, is 0/0 = NaN at 1e-300; the series gives -x/3."""
     out, (g,) = compiled.sinc.value_and_vjp(np.array([1e-300, 0.0]), np.ones(2))
     assert out.tolist() == [1.0, 1.0] and g.tolist() == [-1e-300 / 3, 0.0]
+
+
+def test_zeta_is_not_differentiable_in_s_and_says_so():
+    """d/ds zeta(s, q) has no rule: differentiating through s names sg.zeta and its first argument."""
+
+    @sg.function
+    def both(s, q):
+        return sg.zeta(s, q)
+
+    with pytest.raises(
+        UnsupportedError, match=r"sg\.zeta\(s, q\) is not differentiable in its first argument s"
+    ):
+        both.value_and_vjp(np.array([2.0]), np.array([1.0]), np.ones(1))
+
+
+def test_zeta_of_a_number_s_and_riemann_zeta(backend, dtype):
+    """A Python-number s needs no declaration; sg.zeta(s) is Riemann's zeta(s, 1) (SymPy's convention)."""
+
+    @sg.function(nondiff=("s",))
+    def model(s, q):
+        return sg.zeta(3, q) + sg.zeta(s)
+
+    q, s = np.array([1.0, 0.5], dtype=dtype), np.array([2.0, 4.0], dtype=dtype)
+    out, (gs, gq) = model.value_and_vjp(s, q, np.ones(2, dtype=dtype))
+    want = [float(mp.zeta(3, a) + mp.zeta(b)) for a, b in zip(q.tolist(), s.tolist())]
+    want_q = [float(-3 * mp.zeta(4, a)) for a in q.tolist()]
+    rtol = 4 * np.finfo(dtype).eps
+    assert (
+        gs is None
+        and np.allclose(out, want, rtol=rtol, atol=0)
+        and np.allclose(gq, want_q, rtol=rtol, atol=0)
+    )
+
+
+def test_zeta_outside_its_domain_follows_scipy(compiled, backend, dtype):
+    """NaN for s < 1 and for q <= 0 with s not an integer; +inf at s == 1 and at q = 0, -1, ...; integer s
+    with a negative q is the sum, as scipy.special.zeta."""
+    s = np.array([0.5, 1.0, 2.0, 2.0, 2.5, 2.0, np.nan, 2.0], dtype=dtype)
+    q = np.array([1.0, 3.0, 0.0, -1.0, -0.5, -0.5, 1.0, np.inf], dtype=dtype)
+    with np.errstate(all="ignore"):
+        out, (_, gq) = compiled.zeta.value_and_vjp(s, q, np.ones(len(s), dtype=dtype))
+    want = scipy.special.zeta(s.astype(np.float64), q.astype(np.float64))
+    assert np.array_equal(np.isnan(out), np.isnan(want)) and np.array_equal(np.isinf(out), np.isinf(want))
+    finite = np.isfinite(want)
+    assert finite.tolist() == [False, False, False, False, False, True, False, True]
+    assert np.allclose(out[finite], want[finite], rtol=4 * np.finfo(dtype).eps, atol=0)
+    assert np.isclose(gq[5], -2 * scipy.special.zeta(3.0, -0.5), rtol=4 * np.finfo(dtype).eps)

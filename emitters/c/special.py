@@ -1,7 +1,8 @@
 """C helpers for the special functions libm lacks: digamma and polygamma, erfinv, erfcx, the modified Bessel
-functions I0, I1 and their scaled forms, beta and betaln, and the small ones (sinc, Mod, frac, J0/J1 for
-float). Templates in the form of ``text.HELPERS`` ((libm functions called, C text); {T} type, {S} dtype
-suffix, {f} libm suffix, {one}/{zero}/{half} typed literals), merged into it.
+functions I0, I1 and their scaled forms, beta and betaln, the Hurwitz zeta function (``zeta.py``), and the
+small ones (sinc, Mod, frac, J0/J1 for float). Templates in the form of ``text.HELPERS`` ((libm functions
+called, C text); {T} type, {S} dtype suffix, {f} libm suffix, {one}/{zero}/{half} typed literals), merged
+into it.
 
 Each computes in double for both dtypes (the float one rounds once at the end: within 1 ulp of float where
 the double one is within a few of double). A template is self-contained: what it needs besides libm it
@@ -23,6 +24,8 @@ from symgrad.special_tables import (
     I1_LARGE,
     I1_SMALL,
 )
+
+from .zeta import ZETA_HELPERS
 
 #: B_2 .. B_16, the Bernoulli numbers of the asymptotic series of polygamma
 _BERNOULLI = tuple(Fraction(p, q) for p, q in ((1, 6), (-1, 30), (1, 42), (-1, 30), (5, 66), (-691, 2730),
@@ -372,4 +375,5 @@ SPECIAL_HELPERS = {
         (_BETALN + "\n\n" + _BETA).replace("@P@", "sg_beta"),
     ),
     **_SMALL,
+    **ZETA_HELPERS,  # sg.zeta (emitters/c/zeta.py)
 }

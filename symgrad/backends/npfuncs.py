@@ -186,6 +186,16 @@ def root(x, n):
     return _like(y, x)
 
 
+def hurwitz_zeta(s, q):
+    """The Hurwitz zeta function zeta(s, q): SciPy's (Cephes zeta.c), but for q > 1e8 the asymptotic
+    expansion to the q^-2 term, as the C helper (SciPy's stops at q^-1: 90 ulp off at s = 50)."""
+    s64, q64 = numpy.asarray(s, dtype=numpy.float64), numpy.asarray(q, dtype=numpy.float64)
+    with numpy.errstate(all="ignore"):
+        far = (1 / (s64 - 1) + 0.5 / q64 + s64 / (12 * q64 * q64)) * q64 ** (1 - s64)
+        result = numpy.where((q64 > 1e8) & (s64 > 1), far, special.zeta(s64, q64))
+    return _like(result, s, q)
+
+
 def sinc(x):
     """sin(x)/x (SymPy's unnormalized sinc), 1 at 0."""
     with numpy.errstate(invalid="ignore", divide="ignore"):

@@ -8,9 +8,11 @@ tree; these follow the DAG, in time linear in the number of distinct nodes.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterator
 
 import sympy
+from sympy.core.singleton import Singleton
 
 
 def nodes(*roots: sympy.Basic) -> Iterator[sympy.Basic]:
@@ -29,18 +31,18 @@ def nodes(*roots: sympy.Basic) -> Iterator[sympy.Basic]:
         stack.extend((a, False) for a in reversed(node.args) if a not in seen)
 
 
-def preorder(expr: sympy.Basic) -> Iterator[sympy.Basic]:
+def preorder(expr: sympy.Basic, skip: set | frozenset = frozenset()) -> Iterator[sympy.Basic]:
     """Every distinct sub-expression of ``expr`` once, parents before children, in the order of
-    ``sympy.preorder_traversal`` (which visits shared ones again)."""
+    ``sympy.preorder_traversal`` (which visits shared ones again); a node in ``skip`` is not entered."""
     seen: set[sympy.Basic] = set()
     stack = [expr]
     while stack:
         node = stack.pop()
-        if node in seen:
+        if node in seen or node in skip:
             continue
         seen.add(node)
         yield node
-        stack.extend(a for a in reversed(node.args) if a not in seen)
+        stack.extend(a for a in reversed(node.args) if a not in seen and a not in skip)
 
 
 def count(expr: sympy.Basic, limit: int | None = None) -> int:
@@ -65,23 +67,88 @@ def free_symbols(expr: sympy.Basic) -> set[sympy.Basic]:
     return {node for node in nodes(expr) if node.is_Symbol}
 
 
+def _new_nodes(root: sympy.Basic, known: dict) -> Iterator[sympy.Basic]:
+    """The sub-expressions of ``root`` not in ``known`` once, children before parents; a node in ``known``
+    is neither yielded nor entered."""
+    if root in known:
+        return
+    seen: set[sympy.Basic] = set()
+    stack: list[tuple[sympy.Basic, bool]] = [(root, False)]
+    while stack:
+        node, expanded = stack.pop()
+        if expanded:
+            yield node
+            continue
+        if node in seen:
+            continue
+        seen.add(node)
+        stack.append((node, True))
+        stack.extend((a, False) for a in reversed(node.args) if a not in seen and a not in known)
+
+
+#: Entries a memo (``fold``'s, ``bottom_up``'s shared ones) holds before it is emptied: memory stays bounded.
+MEMO_LIMIT = 200_000
+#: Held while a memo shared between calls is read and filled (threads that lower at once never see one
+#: emptied half-way through a walk).
+_MEMO_LOCK = threading.RLock()
+
+
+def fold(expr: sympy.Basic, fn: Callable[[sympy.Basic, list], object], memo: dict) -> object:
+    """``fn(node, [its arguments' values])`` for ``expr``, computed children first, once per distinct
+    sub-expression across every call that shares ``memo`` (a structural fact: what ``fn`` returns depends
+    on the node alone)."""
+    with _MEMO_LOCK:
+        if expr not in memo:
+            if len(memo) > MEMO_LIMIT:
+                memo.clear()
+            for node in _new_nodes(expr, memo):
+                memo[node] = fn(node, [memo[a] for a in node.args])
+        return memo[expr]
+
+
+_TYPES: dict[sympy.Basic, frozenset[type]] = {}
+_TYPE_SETS: dict[frozenset[type], frozenset[type]] = {}  # equal sets shared: memory per node is one reference
+
+
+def _types(node: sympy.Basic, children: list[frozenset[type]]) -> frozenset[type]:
+    found = frozenset({type(node)}.union(*children))
+    return _TYPE_SETS.setdefault(found, found)
+
+
+def types(expr: sympy.Basic) -> frozenset[type]:
+    """The classes of every sub-expression of ``expr``, remembered per node: asked again of ``expr`` or of
+    an expression that contains it, only the new nodes are walked."""
+    return fold(expr, _types, _TYPES)
+
+
 def has(expr: sympy.Basic, *patterns: type | sympy.Basic) -> bool:
     """Whether a sub-expression of ``expr`` is an instance of one of the classes in ``patterns`` or equal
-    to one of the expressions in it (``Basic.has`` for those patterns)."""
-    types = tuple(p for p in patterns if isinstance(p, type))
-    values = {p for p in patterns if not isinstance(p, type)}
-    return any(isinstance(node, types) or node in values for node in nodes(expr))
+    to one of the expressions in it (``Basic.has`` for those patterns). Classes and singletons (``nan``,
+    ``zoo``, ``I``: the one instance of their class): from ``types``."""
+    single = [p for p in patterns if not isinstance(p, type) and isinstance(type(p), Singleton)]
+    classes = tuple(p for p in patterns if isinstance(p, type)) + tuple(type(p) for p in single)
+    values = {p for p in patterns if not isinstance(p, type) and p not in single}
+    if not values:
+        return any(issubclass(t, classes) for t in types(expr))
+    return any(isinstance(node, classes) or node in values for node in nodes(expr))
 
 
 def bottom_up(
     expr: sympy.Basic, fn: Callable[[sympy.Basic], sympy.Basic], memo: dict | None = None
 ) -> sympy.Basic:
     """``sympy.bottom_up(expr, fn)``: each non-atom rebuilt from its rewritten arguments, then ``fn`` applied
-    to it; once per distinct sub-expression (``memo`` may be shared between calls with the same ``fn``)."""
-    done: dict[sympy.Basic, sympy.Basic] = {} if memo is None else memo
-    for node in nodes(expr):
-        if node in done:
-            continue
+    to it; once per distinct sub-expression (``memo`` may be shared between calls with the same ``fn``: a
+    node in it is not entered again; it is emptied past ``MEMO_LIMIT`` entries)."""
+    if memo is None:
+        return _bottom_up(expr, fn, {})
+    with _MEMO_LOCK:
+        if len(memo) > MEMO_LIMIT and expr not in memo:
+            memo.clear()
+        return _bottom_up(expr, fn, memo)
+
+
+def _bottom_up(expr: sympy.Basic, fn: Callable[[sympy.Basic], sympy.Basic], done: dict) -> sympy.Basic:
+    for node in _new_nodes(expr, done):
         if not node.args:
             done[node] = node
             continue
@@ -118,6 +185,42 @@ def xreplace(expr: sympy.Basic, rule: dict, evaluate: bool = True) -> sympy.Basi
             else:
                 done[node] = node.func(*args, evaluate=False)
     return done[expr]
+
+
+def renamed(expr: sympy.Basic, rule: dict, memo: dict) -> sympy.Basic:
+    """``expr.xreplace(rule)``, the same expression (each changed node rebuilt evaluated, as SymPy's), once
+    per distinct sub-expression across calls that share ``memo``, whatever their rules: a remembered result
+    is reused where every symbol under it is renamed as it was then (a program's temporaries are renamed
+    again by the next program; the arguments, and what depends on them alone, keep their names)."""
+    if not rule:
+        return expr
+    if len(memo) > MEMO_LIMIT:
+        memo.clear()
+    done: dict[sympy.Basic, tuple] = {}
+    stack: list[tuple[sympy.Basic, bool]] = [(expr, False)]
+    while stack:
+        node, expanded = stack.pop()
+        if node in done:
+            continue
+        if expanded:
+            if node in rule:
+                value = (rule[node], True, frozenset({(node, rule[node])}))
+            elif not node.args:
+                value = (node, False, frozenset({(node, None)}) if node.is_Symbol else frozenset())
+            else:
+                parts = [done[a] for a in node.args]
+                changed = any(p[1] for p in parts)
+                new = node.func(*[p[0] for p in parts]) if changed else node
+                value = (new, changed, frozenset().union(*[p[2] for p in parts]))
+            done[node] = memo[node] = value
+            continue
+        hit = memo.get(node)
+        if hit is not None and all(rule.get(s) == t for s, t in hit[2]):
+            done[node] = hit
+            continue
+        stack.append((node, True))
+        stack.extend((a, False) for a in reversed(node.args) if a not in done)
+    return done[expr][0]
 
 
 def replace(

@@ -77,6 +77,7 @@ from symgrad.compiler.special import (
     polygamma,
     real_root,
     sinc,
+    zeta,
 )
 from symgrad.errors import ModelError
 
@@ -146,6 +147,7 @@ __all__ = [
     "polygamma",
     "real_root",
     "sinc",
+    "zeta",
     "Eq",
     "Max",
     "Min",

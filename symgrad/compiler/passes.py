@@ -16,6 +16,8 @@ from math import gcd
 import sympy
 from sympy import Eq, Piecewise, Pow, Symbol
 
+from symgrad.compiler import cse
+from symgrad.compiler.fastdiff import free
 from symgrad.compiler.local import local_derivative
 from symgrad.compiler.piecewise import PiecewiseOperand, branches
 from symgrad.compiler.primitives import SHARED_CORE
@@ -145,7 +147,10 @@ def straight_line(exprs: list[sympy.Expr], prefix: str) -> tuple[Assignments, li
     regrouped (``regroup_powers``), and nested Piecewise and ``Abs`` operands in temporaries of their own
     (``hoist_operands``)."""
     names = fresh(prefix)
-    temps, reduced = sympy.cse(exprs, symbols=names, order="none")
+    if cse.large(exprs):  # sympy.cse is quadratic in the number of sums and products (compiler.cse)
+        temps, reduced = cse.cse(exprs, names)
+    else:
+        temps, reduced = sympy.cse(exprs, symbols=names, order="none")
     return hoist_operands(*regroup_powers(*inline_booleans(list(temps), list(reduced)), names), names)
 
 
@@ -153,7 +158,7 @@ def _polynomial_symbols(body: Assignments, inputs: list[Symbol]) -> set[Symbol]:
     """Inputs, and temporaries that are polynomials of them: finite wherever the inputs are."""
     finite = set(inputs)
     for sym, expr in body:
-        if expr.free_symbols <= finite and expr.is_polynomial():
+        if free(expr) <= finite and expr.is_polynomial():
             finite.add(sym)
     return finite
 
@@ -163,7 +168,7 @@ def _may_be_nonfinite(d: sympy.Expr, finite: set[Symbol]) -> bool:
     (``t = 1/sqrt(r)`` makes ``2*t`` a polynomial in ``t``, yet infinite at r = 0)."""
     if d.is_number:
         return not d.is_finite
-    return not (d.free_symbols <= finite and d.is_polynomial())
+    return not (free(d) <= finite and d.is_polynomial())
 
 
 @dataclass
@@ -207,7 +212,7 @@ def reverse_accumulate(
         else:
             adjoint = next(adjoint_names)
             assigns.append((adjoint, total))
-        for arg in sorted(expr.free_symbols & differentiable, key=str):
+        for arg in sorted(free(expr) & differentiable, key=str):
             d = local_derivative(expr, sym, arg, where)
             if d == 0:
                 continue
@@ -235,7 +240,7 @@ def forward_accumulate(
     assigns: Assignments = []
     for sym, expr in body:
         terms = []
-        for arg in sorted(expr.free_symbols & set(tangent), key=str):
+        for arg in sorted((s for s in free(expr) if s in tangent), key=str):
             dt = tangent[arg]
             if dt == 0:
                 continue
@@ -273,7 +278,7 @@ def topo_merge(assigns: Assignments, extra: Assignments) -> Assignments:
             s, e, ready = stack.pop()
             if s in placed:
                 continue
-            needed = [d for d in e.free_symbols if d in pending and d not in placed]
+            needed = [d for d in free(e) if d in pending and d not in placed]
             if ready or not needed:
                 out.append((s, e))
                 placed.add(s)
@@ -310,7 +315,7 @@ def prune(assigns: Assignments, results: set[Symbol]) -> Assignments:
     for sym, expr in reversed(assigns):
         if sym in live:
             kept.append((sym, expr))
-            live |= expr.free_symbols
+            live |= free(expr)
     return kept[::-1]
 
 
@@ -319,11 +324,28 @@ def prune(assigns: Assignments, results: set[Symbol]) -> Assignments:
 _ONCE = frozenset({sympy.S.One, sympy.S.NegativeOne, sympy.S.Half, -sympy.S.Half})
 
 
+def _bases(factors: tuple) -> set:
+    return {f.base if isinstance(f, Pow) else f for f in factors if not f.is_number}
+
+
+def _merges(user: sympy.Expr, sym: Symbol, value: sympy.Expr) -> bool:
+    """Whether substituting ``value`` for ``sym`` in ``user`` would merge factors into a power: with
+    ``w = u/v`` in ``-g*w/v``, SymPy writes ``u/v**2``, where ``v**2`` overflows while ``w/v`` does not (and
+    ``e*x`` in ``2*w*x`` becomes ``e*x**2``, 0*inf where ``(e*x)*x`` underflows to 0)."""
+    inner = _bases(sympy.Mul.make_args(value))
+    for node in sympy.preorder_traversal(user):
+        if isinstance(node, sympy.Mul) and sym in node.args:
+            if inner & _bases(tuple(f for f in node.args if f != sym)):
+                return True
+    return False
+
+
 def inline_single_use(assigns: Assignments, keep: set[Symbol]) -> Assignments:
     """Substitute temporaries used exactly once (and atoms) into their user, for readable programs, except
-    into a condition (a Piecewise there is folded into it) or as the base of a power (SymPy would distribute
-    the power over a product again, see ``regroup_powers``); then give every compound base of a power its
-    own temporary, so that ``sin(x)**3`` does not print as three calls."""
+    into a condition (a Piecewise there is folded into it), into a product it would merge with
+    (``_merges``) or as the base of a power (SymPy would distribute the power over a product again, see
+    ``regroup_powers``); then give every compound base of a power its own temporary, so that ``sin(x)**3``
+    does not print as three calls."""
     uses: dict[Symbol, int] = defaultdict(int)
     in_conditions: set[Symbol] = set()  # a Piecewise substituted there would be folded into it
     bases: set[Symbol] = set()  # a product substituted there would be distributed again
@@ -349,6 +371,8 @@ def inline_single_use(assigns: Assignments, keep: set[Symbol]) -> Assignments:
         return e.func(*args)
 
     for sym, expr in assigns:
+        for s in [s for s in free(expr) if s in subs and _merges(expr, s, subs[s])]:
+            out.append((s, bind_bases(subs.pop(s))))  # kept in its temporary (``_merges``)
         expr = expr.xreplace(subs) if subs else expr
         if sym not in keep and (
             expr.is_Atom

@@ -44,11 +44,36 @@ class PiecewiseOperand(sympy.Function):
         value = self.as_piecewise()._eval_evalf(prec)
         return PiecewiseOperand.of(value) if isinstance(value, Piecewise) else value
 
+    def _eval_derivative(self, s):
+        value = held_value(self)
+        return (self.as_piecewise() if value is None else value).diff(s)
+
     def _print_as_piecewise(self, printer, *args, **kwargs):
-        return printer._print(self.as_piecewise(), *args, **kwargs)
+        value = self.as_piecewise()
+        text = printer._print(value, *args, **kwargs)
+        # a held value (``held``) collapses to a plain expression: parenthesized, as the operand it is
+        return text if isinstance(value, Piecewise) or value.is_Atom else f"({text})"
 
     # SymPy's printers (str, LaTeX, pretty, lambdify's) print it as the Piecewise it stands for
     _sympystr = _latex = _pretty = _pythoncode = _numpycode = _mpmathcode = _lambdacode = _print_as_piecewise
+
+
+def held(value: sympy.Expr) -> PiecewiseOperand:
+    """``value`` as an operand SymPy cannot look into: a power of it is never distributed over its factors
+    (``held(x/s)**2`` is not ``x**2/s**2``), nor a product with it merged (``held(x/h)/h`` is not ``x/h**2``).
+    The lowering gives it a temporary of its own; ``Eq(value, 0)`` must be undecided (a symbolic value)."""
+    return PiecewiseOperand(sympy.S.Zero, sympy.Eq(value, 0), value, sympy.true)
+
+
+def held_value(e: sympy.Basic) -> sympy.Expr | None:
+    """The value ``v`` of a ``held(v)`` (a PiecewiseOperand, or the Piecewise the lowering made of it: 0 where
+    v == 0, else v), else None. Its derivative is v's, also where v == 0."""
+    if not isinstance(e, (Piecewise, PiecewiseOperand)):
+        return None
+    pairs = branches(e)
+    if len(pairs) == 2 and pairs[1][1] is sympy.true and pairs[0] == (sympy.S.Zero, sympy.Eq(pairs[1][0], 0)):
+        return pairs[1][0]
+    return None
 
 
 def branches(e: Piecewise | PiecewiseOperand) -> list[tuple[sympy.Basic, sympy.Basic]]:

@@ -11,10 +11,10 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import sympy
-from sympy import Eq, S
+from sympy import Eq, Piecewise, S
 from sympy.codegen.cfunctions import expm1, log1p
 
-from symgrad.compiler.piecewise import piecewise
+from symgrad.compiler.piecewise import PiecewiseOperand, piecewise
 
 __all__ = [
     "sigmoid",
@@ -129,14 +129,17 @@ class logsigmoid(_Primitive):
 class logaddexp(_Primitive):
     """logaddexp(a, b) = log(exp(a) + exp(b)), exact for -inf arguments.
 
-    d/da = sigmoid(a - b), except 1/2 where a == b (so logaddexp(-inf, -inf) has finite gradients).
+    d/da = sigmoid(a - b), which is exactly 1/2 at a finite tie (so differentiating it again gives the true
+    1/4 there), and 1/2 at an infinite one, where a - b is NaN (so logaddexp(-inf, -inf) has finite
+    gradients).
     """
 
     nargs = 2
 
     def fdiff(self, argindex=1):
         a, b = self.args if argindex == 1 else self.args[::-1]
-        return piecewise((S.Half, Eq(a, b)), (sigmoid(a - b), True))
+        smooth = sigmoid(a - b)
+        return piecewise((smooth, Eq(a - b, 0)), (S.Half, Eq(a, b)), (smooth, True))
 
     def _elementary(self):
         a, b = self.args
@@ -177,14 +180,15 @@ class xlogy(_Primitive):
 
 class hypot(_Primitive):
     """hypot(x, y) = sqrt(x**2 + y**2), written out as m*sqrt(1 + (n/m)**2) for m, n the larger and the
-    smaller of |x|, |y| (no overflow at 1e200, no underflow at 1e-200); d/dx = x/hypot(x, y), and 0 where
-    x == 0 (so the origin has gradient 0, as abs'(0))."""
+    smaller of |x|, |y| (no overflow at 1e200, no underflow at 1e-200); d/dx = x/hypot(x, y), and 0 at
+    the origin (as abs'(0)); selected on hypot == 0, not x == 0, so that the second derivative at x == 0,
+    y != 0 is 1/|y| (an axis-aligned spring's Hessian), not the select's 0."""
 
     nargs = 2
 
     def fdiff(self, argindex=1):
         a = self.args[argindex - 1]
-        return piecewise((S.Zero, Eq(a, 0)), (a / self, True))
+        return piecewise((S.Zero, Eq(self, 0)), (a / self, True))
 
     def _elementary(self):
         x, y = self.args
@@ -193,7 +197,10 @@ class hypot(_Primitive):
     def _stable(self):
         a, b = (sympy.Abs(v) for v in self.args)
         m, n = maximum(a, b), minimum(a, b)
-        return piecewise((m, Eq(n, 0)), (m * sympy.sqrt(1 + (n / m) ** 2), True))
+        # the ratio held whole (a Piecewise operand, which the lowering gives a temporary of its own): SymPy
+        # distributes (n/m)**2 into n**2/m**2, 0/0 at 1.5e-300 and inf/inf at 1e30 in float32
+        ratio = PiecewiseOperand.of(Piecewise((S.Zero, Eq(n, 0)), (n / m, True)))
+        return m * sympy.sqrt(1 + ratio**2)
 
 
 def _kink_derivative(a: sympy.Expr, b: sympy.Expr, wins: sympy.Expr) -> sympy.Expr:

@@ -9,8 +9,9 @@ Two families:
   forms of ``symgrad.compiler.textbook`` (``1 - sigmoid(u)``, softmax of two, log of a sum of exps,
   ``sqrt(x**2 + y**2)``).
 
-and ``hold-compared-piecewise``, which keeps a Piecewise that those rules make inside a condition from being
-folded into it (see ``symgrad.compiler.piecewise``).
+``real-part`` (``re(u)`` -> ``u``: values are real), and ``hold-compared-piecewise``, which keeps a
+Piecewise that those rules make inside a condition from being folded into it (see
+``symgrad.compiler.piecewise``).
 """
 
 from __future__ import annotations
@@ -118,6 +119,16 @@ def rewrite_expm1(e: sympy.Expr) -> sympy.Expr | None:
     return None
 
 
+def rewrite_real_part(e: sympy.Expr) -> sympy.Expr | None:
+    """re(u) -> u, im(u) -> 0: every value symgrad computes is real, and SymPy writes |exp(u)| as
+    exp(re(u)) where it cannot prove u real (``Abs(exp(loggamma(x)))``)."""
+    if isinstance(e, sympy.re):
+        return e.args[0]
+    if isinstance(e, sympy.im):
+        return S.Zero
+    return None
+
+
 def hold_compared_piecewise(e: sympy.Basic) -> sympy.Basic | None:
     """A condition that compares a Piecewise (one a rule above made, as from ``Heaviside``) holds it as an
     operand, before SymPy folds it into the condition (see ``symgrad.compiler.piecewise``)."""
@@ -131,6 +142,7 @@ RULES: tuple[tuple[str, Rule], ...] = (
     ("hold-compared-piecewise", hold_compared_piecewise),
     ("max-min-piecewise", rewrite_max_min),
     ("heaviside-piecewise", rewrite_heaviside),
+    ("real-part", rewrite_real_part),
     *TEXTBOOK_RULES,
     ("stable-log", rewrite_log),
     ("stable-log1p", rewrite_log1p),

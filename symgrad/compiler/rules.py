@@ -56,6 +56,7 @@ from sympy.logic.boolalg import ITE, BooleanFalse, BooleanTrue
 
 from symgrad.compiler import dag
 from symgrad.compiler.display import formula
+from symgrad.compiler.nonfinite import NonFinite
 from symgrad.compiler.piecewise import PiecewiseOperand, branches
 from symgrad.compiler.primitives import PRIMITIVES
 from symgrad.compiler.special import MAX_POLYGAMMA, SPECIAL_PRIMITIVES, SYMPY_SPECIAL
@@ -88,7 +89,7 @@ def _subgradient(e: sympy.Basic) -> sympy.Basic | None:
 def apply_subgradients(expr: sympy.Expr) -> sympy.Expr:
     """Replace what the table covers; anything unprintable left afterwards is caught by
     ``check_supported``."""
-    if not expr.has(DiracDelta, Derivative, Subs, re, im):
+    if not dag.has(expr, DiracDelta, Derivative, Subs, re, im):
         return expr
 
     def visit(e: sympy.Basic) -> sympy.Basic:
@@ -141,6 +142,7 @@ _STRUCTURAL = (
     BooleanFalse,
     ExprCondPair,
     PiecewiseOperand,
+    NonFinite,  # x + 1e400 (symgrad.compiler.nonfinite)
 )
 _UNPRINTABLE_ATOMS = (sympy.zoo, sympy.nan, sympy.I)
 _POLYGAMMA_ORDERS = frozenset(sympy.Integer(n) for n in range(MAX_POLYGAMMA + 1))
@@ -173,9 +175,19 @@ def check_supported(expr: sympy.Basic, where: str | Callable[[], str]) -> None:
         raise UnsupportedError(f"{where() if callable(where) else where}: {problem}")
 
 
+#: Sub-expressions without NaN found supported, each with its whole subtree: not walked again.
+_SUPPORTED: set[sympy.Basic] = set()
+
+
 def _first_unsupported(expr: sympy.Basic) -> str | None:
-    branches = _in_branches(expr) if dag.has(expr, sympy.nan) else set()
-    for node in dag.preorder(expr):  # each distinct sub-expression once: linear in the DAG
+    nan = dag.has(expr, sympy.nan)
+    branches = _in_branches(expr) if nan else set()
+    skip = set() if nan else _SUPPORTED
+    if len(skip) > dag.MEMO_LIMIT:
+        skip.clear()
+    walked = []
+    for node in dag.preorder(expr, skip):  # each distinct sub-expression once: linear in the DAG
+        walked.append(node)
         if node.is_Number or node.is_NumberSymbol:
             if node is sympy.nan and node in branches:
                 continue
@@ -191,4 +203,5 @@ def _first_unsupported(expr: sympy.Basic) -> str | None:
         if node in (sympy.oo, -sympy.oo):
             continue
         return _describe(node)
+    skip.update(walked)
     return None

@@ -11,8 +11,8 @@ symgrad's (``SPECIAL_PRIMITIVES``): ``cbrt`` and ``root`` (SymPy's roots are ``x
 Bessel functions of order 0 and 1 (SymPy's derivatives need orders it cannot print, ``besselj(2, x)``, or
 divide 0 by 0 at x = 0), and three that derivative rules use where the textbook difference cancels:
 ``erfcx_grad`` (2x erfcx(x) - 2/sqrt(pi)), ``digamma_difference`` (digamma(x + h) - digamma(x)) and
-``i0e_minus_i1e``. The emitters print each as a helper (``emitters/c/special.py``,
-``symgrad/backends/npfuncs.py``).
+``i0e_minus_i1e``; and ``hurwitz_zeta`` (``sg.zeta``; d/ds refused). The emitters print each as a helper
+(``emitters/c/special.py``, ``symgrad/backends/npfuncs.py``).
 """
 
 from __future__ import annotations
@@ -23,9 +23,10 @@ import sympy
 from sympy import Abs, Eq, S, cos, sign, sqrt
 from sympy.codegen.cfunctions import exp2, log2, log10
 
+from symgrad.compiler.display import formula
 from symgrad.compiler.piecewise import piecewise
 from symgrad.compiler.primitives import _Primitive
-from symgrad.errors import ModelError
+from symgrad.errors import ModelError, UnsupportedError
 
 #: The highest polygamma order the emitters print (the derivative of polygamma(3, x) is polygamma(4, x)).
 MAX_POLYGAMMA = 4
@@ -264,6 +265,28 @@ class i1e(_Primitive):
         return sympy.exp(-Abs(x)) * sympy.besseli(1, x)
 
 
+class hurwitz_zeta(_Primitive):
+    """The Hurwitz zeta function zeta(s, q) = sum_k (k + q)**-s, for s > 1 and q > 0 (``sg.zeta``; SymPy's
+    own ``zeta`` evaluates zeta(s, 1) to zeta(s) and leaves d/ds unevaluated); d/dq = -s*zeta(s + 1, q).
+    Not differentiable in s: its derivative there raises ``UnsupportedError``."""
+
+    nargs = 2
+
+    def fdiff(self, argindex=1):
+        s, q = self.args
+        if argindex == 1:
+            raise UnsupportedError(
+                f"sg.zeta(s, q) is not differentiable in its first argument s (here {formula(s, 80)}): "
+                "symgrad has no rule for d/ds zeta(s, q). Pass s as a number, or declare the argument it "
+                "comes from nondiff (@sg.function(nondiff=(...)); uniform alone still differentiates it)"
+            )
+        return -s * hurwitz_zeta(s + 1, q)
+
+    def _elementary(self):  # NaN outside s > 1, q > 0 (mpmath's zeta does not return at s = -1e30)
+        s, q = self.args
+        return piecewise((sympy.zeta(s, q), (s > 1) & (q > 0)), (sympy.nan, True))
+
+
 SPECIAL_PRIMITIVES = (
     cbrt,
     root,
@@ -280,6 +303,7 @@ SPECIAL_PRIMITIVES = (
     i0e,
     i1e,
     i0e_minus_i1e,
+    hurwitz_zeta,
 )
 #: SymPy's classes that symgrad compiles as they are
 SYMPY_SPECIAL = (
@@ -322,6 +346,13 @@ def besselj(nu, x) -> sympy.Expr:
 def besseli(nu, x) -> sympy.Expr:
     """Modified Bessel function of the first kind I_nu(x), nu = 0 or 1 (``i0e``/``i1e``: exp(-|x|)*I_nu)."""
     return (i0, i1)[_order("besseli", nu, range(2))](x)
+
+
+def zeta(s, q=1) -> sympy.Expr:
+    """The Hurwitz zeta function zeta(s, q) (s > 1, q > 0; NaN elsewhere, except where SciPy defines it:
+    +inf at s == 1 or at q = 0, -1, ..., and integer s with negative q); ``zeta(s)`` is Riemann's, zeta(s, 1).
+    Differentiable in q only."""
+    return hurwitz_zeta(s, q)
 
 
 def real_root(x, n) -> sympy.Expr:

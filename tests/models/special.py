@@ -131,3 +131,8 @@ def i0e(x):
 @sg.function
 def i1e(x):
     return sg.i1e(x)
+
+
+@sg.function(nondiff=("s",))
+def zeta(s, q):
+    return sg.zeta(s, q)

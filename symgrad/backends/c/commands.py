@@ -63,9 +63,24 @@ def split_units(source: str, units: int) -> list[str]:
     return [head + "\n" + "\n".join(group) for group in groups if group]
 
 
+#: A function whose C is longer than this (bytes) is compiled at -O1: gcc's time at -O2/-O3 grows faster than
+#: the length of a straight-line body, and such a body gains nothing from them (measured on a 10-atom
+#: Lennard-Jones cluster, 500 KB of C: -O3 12.8 s, -O2 11.2 s, -O1 7.7 s of gcc; value_and_vjp 1.52 vs
+#: 1.41 us per row). Its loops over rows still vectorize: ``#pragma omp simd`` runs the vectorizer at -O1.
+LONG_SECTION_BYTES = 300_000
+
+
+def unit_flags(flags: tuple[str, ...], unit: str) -> list[str]:
+    """``flags`` with -O3 made -O1 for a translation unit that holds a function longer than
+    ``LONG_SECTION_BYTES`` (``SYMGRAD_CFLAGS``, after them, still has the last word)."""
+    longest = max(map(len, unit.split("\n" + abi.SECTION_MARK)))
+    return [("-O1" if f == "-O3" and longest > LONG_SECTION_BYTES else f) for f in flags]
+
+
 def cffi_steps(tmp: Path, source: str, cdef: str, glue: str, tc: Toolchain, name: str, so: str) -> tuple:
-    """``kernels.c`` (-O3 and the probed flags; split into units past ``UNIT_BYTES``) and cffi's wrapper (-O1:
-    the cdef's Python glue and ``glue``) compile in parallel, then link."""
+    """``kernels.c`` (-O3 and the probed flags, -O1 for a unit with a very long function; split into units
+    past ``UNIT_BYTES``) and cffi's wrapper (-O1: the cdef's Python glue and ``glue``) compile in parallel,
+    then link."""
     import cffi
     from cffi.recompiler import make_c_source
 
@@ -85,7 +100,10 @@ def cffi_steps(tmp: Path, source: str, cdef: str, glue: str, tc: Toolchain, name
     omp = ["-fopenmp"] if tc.openmp else []
     omp += list(sanitize_flags())
     objects = [file[:-2] + ".o" for file in files]
-    steps = [[*tc.cc, *tc.flags, *sanitize_flags(), "-c", "-o", o, f] for o, f in zip(objects, files)]
+    steps = [
+        [*tc.cc, *unit_flags(tc.flags, text), *sanitize_flags(), "-c", "-o", o, f]
+        for o, f, text in zip(objects, files, units)
+    ]
     include = f"-I{PYTHON_INCLUDE}"
     steps.append([*tc.cc, "-O1", "-fPIC", *omp, include, "-c", "-o", "wrapper.o", wrapper])
     link = [*tc.cc, "-shared", *omp, "-o", so, *objects, "wrapper.o", *tc.libs]

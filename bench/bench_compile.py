@@ -1,0 +1,117 @@
+"""Compile time per stage as functions grow: a Lennard-Jones cluster written as one ``sg.Matrix(N, 3)``
+function (N atoms, N(N-1)/2 pairs), tanh MLPs written as one function (weights as Python floats) and the
+bundle adjustment residual (examples/ba_model.py).
+
+    python bench/bench_compile.py            # LJ 5, 10, 20, 30 atoms, both MLPs, BA (a few minutes)
+    python bench/bench_compile.py --quick    # LJ 5, 10, 20, the small MLP, BA (under a minute)
+
+Stages, seconds of wall time: trace, derive (the forward program), lower (every program: vjp, jvp, Jacobian,
+Hessian where it fits, hvp), emit per target, and gcc (the C backend's cold build of the package, in a cache
+directory of its own). On a shared machine the numbers vary by +-30 %.
+"""
+
+# no `from __future__ import annotations`: the annotations sg.Matrix(n, 3) read the closure's n
+import argparse
+import importlib.util
+import os
+import random
+import tempfile
+import time
+from pathlib import Path
+
+from common import sg
+
+import emitters
+from symgrad.backends import backend
+from symgrad.build.package import Package, write_package
+from symgrad.compiler import derive, lower
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def lennard_jones(n: int):
+    """Energy of an n-atom cluster: the sum over pairs of 4*(r**-12 - r**-6)."""
+
+    def lj(x: sg.Matrix(n, 3)):
+        e = 0
+        for i in range(n):
+            for j in range(i + 1, n):
+                r = sg.sqrt(sum((x[i, k] - x[j, k]) ** 2 for k in range(3)))
+                e = e + 4 * (r**-12 - r**-6)
+        return e
+
+    lj.__name__ = f"lj{n}"
+    return sg.function(lj)
+
+
+def tanh_mlp(layers: int, width: int, n_in: int = 20, seed: int = 0):
+    """A tanh network with its weights as Python floats, summed to one output."""
+    rng = random.Random(seed)
+    sizes = [n_in] + [width] * layers
+    w = [[[rng.gauss(0, a**-0.5) for _ in range(a)] for _ in range(b)] for a, b in zip(sizes, sizes[1:])]
+
+    def mlp(x: sg.Vector(n_in)):
+        h = [x[i] for i in range(n_in)]
+        for layer in w:
+            h = [sg.tanh(sum(c * v for c, v in zip(row, h)) + 0.1) for row in layer]
+        return sum(h)
+
+    mlp.__name__ = f"mlp{layers}x{width}"
+    return sg.function(mlp)
+
+
+def ba_residual():
+    spec = importlib.util.spec_from_file_location("ba_model", ROOT / "examples" / "ba_model.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.ba_residual
+
+
+def stages(fn, tmp: Path) -> dict[str, float]:
+    """Seconds per stage for one function, its C build cold."""
+    times: dict[str, float] = {}
+    start = time.perf_counter()
+    spec = fn.trace()
+    times["trace"] = time.perf_counter() - start
+    start = time.perf_counter()
+    d = derive(spec)
+    times["derive"] = time.perf_counter() - start
+    start = time.perf_counter()
+    kernel = lower(d)
+    times["lower"] = time.perf_counter() - start
+    info = emitters.ModelInfo(source="bench", symgrad_version=sg.__version__)
+    for name in ("c", "numpy"):
+        start = time.perf_counter()
+        emitters.get(name).emit_module([kernel], info)
+        times[f"emit {name}"] = time.perf_counter() - start
+    path = tmp / f"{spec.name}_symgrad"
+    write_package([kernel], path, "bench", spec.name)
+    start = time.perf_counter()
+    backend("c").load(Package(path, quiet=True))
+    times["gcc"] = time.perf_counter() - start
+    return times
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="the smaller functions only (under a minute)")
+    args = ap.parse_args()
+    cases = [(f"LJ {n} atoms", lennard_jones(n)) for n in ((5, 10, 20) if args.quick else (5, 10, 20, 30))]
+    cases.append(("tanh MLP 3x20", tanh_mlp(3, 20)))
+    if not args.quick:
+        cases += [("tanh MLP 10x20", tanh_mlp(10, 20)), ("tanh MLP 3x60", tanh_mlp(3, 60))]
+    cases.append(("BA residual", ba_residual()))
+    columns = ["trace", "derive", "lower", "emit c", "emit numpy", "gcc"]
+    print(f"# compile time per stage, seconds of wall time ({'quick' if args.quick else 'full'})")
+    print(f"| function | {' | '.join(columns)} | total |")
+    print("|---" * (len(columns) + 2) + "|")
+    with tempfile.TemporaryDirectory() as tmp:
+        os.environ["SYMGRAD_CACHE_DIR"] = str(Path(tmp) / "cache")  # every C build cold
+        for label, fn in cases:
+            t = stages(fn, Path(tmp))
+            cells = " | ".join(f"{t[c]:.2f}" for c in columns)
+            print(f"| {label} | {cells} | {sum(t.values()):.2f} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,128 @@
+"""Infinite and NaN constants a model writes (``x + 1e400``, ``sg.where(c, x, math.inf)``), kept as opaque
+atoms while tracing.
+
+SymPy turns ``float('inf')`` into ``oo`` and folds ``x + oo`` to ``oo``, which loses ``x`` and its gradient
+(IEEE arithmetic keeps it: d(x + inf)/dx = 1). While a body is traced (``tracing()``), a non-finite Python or
+NumPy float becomes a ``NonFinite`` atom that SymPy does not fold: its derivative is 0 and it prints as
+``INFINITY``/``NAN`` in C, ``numpy.inf``/``numpy.nan`` in NumPy and ``inf``/``nan`` in formulas.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import sympy
+from sympy.core.sympify import _convert_numpy_types, converter
+
+
+class NonFinite(sympy.AtomicExpr):
+    """``inf`` or ``nan`` as a constant SymPy does not evaluate (no free symbols: derivative 0); ``-inf`` is
+    ``-NonFinite("inf")``."""
+
+    _C = {"inf": "INFINITY", "nan": "NAN"}
+    _NUMPY = {"inf": "numpy.inf", "nan": "numpy.nan"}
+
+    kind_name: str
+
+    def __new__(cls, kind: str) -> NonFinite:
+        if kind not in cls._C:
+            raise ValueError(f"NonFinite takes 'inf' or 'nan', not {kind!r}")
+        obj = super().__new__(cls)
+        obj.kind_name = kind
+        return obj
+
+    def __getnewargs__(self) -> tuple:
+        return (self.kind_name,)
+
+    def _hashable_content(self) -> tuple:
+        return (self.kind_name,)
+
+    # IEEE order: x < inf and x > -inf for every real x, so max(x, -inf) is x; NaN compares as nothing
+    @property
+    def is_extended_real(self) -> bool | None:  # type: ignore[override]
+        return None if self.kind_name == "nan" else True
+
+    @property
+    def is_finite(self) -> bool | None:  # type: ignore[override]
+        return None if self.kind_name == "nan" else False
+
+    @property
+    def is_infinite(self) -> bool | None:  # type: ignore[override]
+        return None if self.kind_name == "nan" else True
+
+    @property
+    def is_extended_positive(self) -> bool | None:  # type: ignore[override]
+        return None if self.kind_name == "nan" else True
+
+    @property
+    def is_extended_negative(self) -> bool | None:  # type: ignore[override]
+        return None if self.kind_name == "nan" else False
+
+    def __float__(self) -> float:
+        return float(self.kind_name)
+
+    def _eval_evalf(self, prec: int) -> sympy.Expr:
+        return sympy.oo if self.kind_name == "inf" else sympy.nan
+
+    def _ccode(self, printer: Any) -> str:
+        return self._C[self.kind_name]
+
+    def _numpycode(self, printer: Any) -> str:
+        printer.module_imports["numpy"].add(self.kind_name)
+        return self._NUMPY[self.kind_name]
+
+    def _sympystr(self, printer: Any) -> str:
+        return self.kind_name
+
+    def _sympyrepr(self, printer: Any) -> str:
+        return f"NonFinite({self.kind_name!r})"
+
+
+def constant(value: float) -> sympy.Expr:
+    """``value`` as a SymPy constant: a ``Float``, or a ``NonFinite`` atom when it is infinite or NaN."""
+    if math.isnan(value):
+        return NonFinite("nan")
+    if math.isinf(value):
+        return NonFinite("inf") if value > 0 else -NonFinite("inf")
+    return sympy.Float(value)
+
+
+def _from_float(value: float) -> sympy.Expr:
+    return constant(float(value))
+
+
+def _from_numpy(value: np.floating) -> sympy.Expr:
+    return _convert_numpy_types(value) if np.isfinite(value) else constant(float(value))
+
+
+_CONVERTERS: dict[type, Any] = {float: _from_float, np.floating: _from_numpy}
+_lock = threading.Lock()
+_active = 0
+_saved: dict[type, Any] = {}
+
+
+@contextlib.contextmanager
+def tracing() -> Iterator[None]:
+    """While it is entered (by any thread, nested or not), SymPy converts non-finite floats to ``NonFinite``
+    instead of ``oo``/``nan``; the previous converters come back when the last one leaves."""
+    global _active
+    with _lock:
+        if _active == 0:
+            _saved.clear()
+            _saved.update({t: converter[t] for t in _CONVERTERS if t in converter})
+            converter.update(_CONVERTERS)
+        _active += 1
+    try:
+        yield
+    finally:
+        with _lock:
+            _active -= 1
+            if _active == 0:
+                for t in _CONVERTERS:
+                    converter.pop(t, None)
+                converter.update(_saved)
