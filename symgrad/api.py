@@ -16,6 +16,7 @@ from typing import Any
 import sympy
 
 from symgrad.build.compile import compile_traced
+from symgrad.build.progress import notice
 from symgrad.compiled import CompiledFunction, load_package, reference
 from symgrad.compiler.trace import ForwardFunction
 from symgrad.errors import ArgumentError, ModelError
@@ -46,7 +47,15 @@ class SymbolicFunction(ForwardFunction):
                 f"{self.name} as a constant; to pass it per call, declare it without a default "
                 f"(and uniform=({name!r},) for one number per call)"
             )
-        return self.compiled()(*args, **kwargs)
+        if self._compiled is None:  # the first call: one notice for tracing and building (stderr, after 2 s)
+            with notice(self._where):
+                return self.compiled()(*args, **kwargs)
+        return self._compiled(*args, **kwargs)
+
+    @property
+    def _where(self) -> str:
+        """``model.py:f``, how progress notices name this function."""
+        return f"{self.origin.rpartition(':')[0]}:{self.name}"
 
     def compiled(self) -> CompiledFunction:
         """The compiled form of this one function (built on first use, cached on disk; threads calling it
@@ -54,7 +63,11 @@ class SymbolicFunction(ForwardFunction):
         if self._compiled is None:
             with self._compiling:
                 if self._compiled is None:
-                    self._compiled = load_package(compile_traced(self.trace()))[self.name]
+                    with notice(self._where):  # stderr, after 2 s
+                        spec = self.trace()
+                        functions = load_package(compile_traced(spec), rebuild=lambda: compile_traced(spec))
+                        self._compiled = functions[self.name]
+                        self._compiled.symbolic = self  # its source, for derived functions (func.py)
         return self._compiled
 
     def vjp(self, *args: Any, out: Any = None, needs_input_grad: tuple[bool, ...] | None = None) -> tuple:
@@ -110,9 +123,21 @@ class SymbolicFunction(ForwardFunction):
     def derivatives(self) -> dict[str, str]:
         return self.compiled().derivatives
 
+    def _repr_html_(self) -> str:
+        """Formulas as LaTeX, op counts per program and the generated source, in a notebook."""
+        from symgrad.notebook import html
+
+        return html(self)
+
+    def _repr_latex_(self) -> str:
+        """The formulas and derivatives as one LaTeX ``aligned`` block."""
+        from symgrad.notebook import latex
+
+        return latex(self)
+
     def plot(self, range: tuple[float, float] = (-3.0, 3.0), **options: Any):  # noqa: A002
         """A matplotlib Figure of this function and its derivative over ``range`` (``symgrad.plot.plot``:
-        ``wrt=``, ``at=``, ``output=``, ``points=``, ``path=``)."""
+        ``wrt=``, ``at=``, ``output=``, ``points=``, ``path=``; two ``wrt`` and ``range2=``: heat maps)."""
         from symgrad.plot import plot
 
         return plot(self, range, **options)

@@ -15,7 +15,8 @@ def run_symgrad(
 ) -> subprocess.CompletedProcess:
     """``symgrad ARGS`` in ``cwd``; ``env`` replaces the environment, else ``env_extra`` adds to it."""
     if env is None:
-        env = dict(os.environ, PYTHONPATH=str(ROOT), **(env_extra or {}))
+        # quiet: a slow machine's "compiling ..." notice on stderr would break tests that read stderr
+        env = dict(os.environ, PYTHONPATH=str(ROOT), **{"SYMGRAD_QUIET": "1", **(env_extra or {})})
     return subprocess.run(
         [sys.executable, "-m", "symgrad", *args],
         cwd=cwd,

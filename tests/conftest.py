@@ -15,6 +15,9 @@ def _remove_run_cache(path: str, owner: int) -> None:
         shutil.rmtree(path, ignore_errors=True)
 
 
+# no "compiling ..." notice on stderr when a build takes over 2 s (on a loaded machine it would break tests
+# that read stderr); the tests of the notice itself unset it
+os.environ.setdefault("SYMGRAD_QUIET", "1")
 if "SYMGRAD_CACHE_DIR" not in os.environ:  # a fresh cache for this run, removed when it ends
     os.environ["SYMGRAD_CACHE_DIR"] = tempfile.mkdtemp(prefix="symgrad-test-cache-")
     atexit.register(_remove_run_cache, os.environ["SYMGRAD_CACHE_DIR"], os.getpid())

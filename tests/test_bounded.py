@@ -3,6 +3,7 @@
 distinct sub-expressions."""
 
 import math
+import re
 import time
 
 import numpy as np
@@ -107,3 +108,91 @@ def test_size_limit_counts_the_dag_not_the_tree(monkeypatch):
     monkeypatch.setenv("SYMGRAD_MAX_OPS", "1000")
     with pytest.raises(sg.ExpressionTooLarge, match=r"net: the traced expression has more than 1000 nodes"):
         net.trace()
+
+
+# -- a long compile says so (on stderr only) -----------------------------------------------------------------
+
+SLOW_MODEL = (
+    "import time\nimport symgrad as sg\n\n@sg.function\ndef slow(x):\n    time.sleep({})\n    return x * 3\n"
+)
+
+
+@pytest.fixture
+def quick_notice(monkeypatch):
+    """Notices after 0.3 s instead of 2 s, so that a model sleeping 1 s while it is traced is 'long'."""
+    from symgrad.build import progress
+
+    monkeypatch.setattr(progress, "NOTICE_AFTER", 0.3)
+    monkeypatch.delenv("SYMGRAD_QUIET", raising=False)
+
+
+def test_long_sg_compile_prints_one_line_on_stderr_only(tmp_path, capsys, quick_notice):
+    model = tmp_path / "slow_model.py"
+    model.write_text(SLOW_MODEL.format(1.0))
+    sg.compile(model, force=True)
+    out, err = capsys.readouterr()
+    assert out == "" and err == "symgrad: compiling slow_model.py...\n"
+    sg.compile(model, force=True, quiet=True)
+    assert capsys.readouterr() == ("", "")
+
+
+def test_long_first_call_prints_one_line_unless_quiet(tmp_path, capsys, quick_notice, monkeypatch):
+    def slow_first(x):
+        time.sleep(1.0)
+        return x * 5
+
+    f = sg.function(slow_first)
+    np.testing.assert_array_equal(f(np.array([1.0])), [5.0])
+    out, err = capsys.readouterr()
+    assert out == "" and err == "symgrad: compiling test_bounded.py:slow_first...\n"
+    monkeypatch.setenv("SYMGRAD_QUIET", "1")
+    np.testing.assert_array_equal(sg.function(slow_first)(np.array([2.0])), [10.0])
+    assert capsys.readouterr() == ("", "")
+
+
+def test_short_builds_print_nothing(tmp_path, capsys, monkeypatch):
+    from symgrad.build import progress
+
+    monkeypatch.setattr(progress, "NOTICE_AFTER", 60.0)
+    model = tmp_path / "quick_model.py"
+    model.write_text(SLOW_MODEL.format(0))
+    sg.compile(model, force=True).slow(np.array([1.0]))
+    assert capsys.readouterr() == ("", "")
+
+
+@pytest.mark.skipif("c" not in sg.available_backends(), reason="needs a C compiler")
+def test_long_c_build_on_first_call_says_so_unless_quiet(tmp_path, capsys, monkeypatch):
+    from symgrad.build import progress
+
+    monkeypatch.setattr(progress, "NOTICE_AFTER", 0.01)  # a gcc run takes longer
+    monkeypatch.delenv("SYMGRAD_QUIET", raising=False)
+    previous = sg.get_backend()
+    sg.set_backend("c")
+    try:
+        for quiet, scale in ((None, 1.25), (True, 1.5)):  # distinct C sources: both are built
+            model = tmp_path / f"c_model_{quiet}.py"
+            model.write_text(SLOW_MODEL.format(0).replace("x * 3", f"x * 3 + sg.sin(x) * {scale}"))
+            np.testing.assert_allclose(
+                sg.compile(model, quiet=quiet).slow(np.array([1.0])), [3 + np.sin(1.0) * scale], rtol=1e-15
+            )
+            out, err = capsys.readouterr()
+            expected = "".join(
+                f"symgrad: compiling {model.name}{what}...\n" for what in ("", ":slow (c build)")
+            )
+            assert out == "" and err == ("" if quiet else expected)
+    finally:
+        sg.set_backend(previous)
+
+
+def test_cli_compile_reports_each_function_with_its_time_and_a_summary(tmp_path):
+    from cli_runner import run_symgrad
+
+    (tmp_path / "two.py").write_text(
+        "import symgrad as sg\n\n@sg.function\ndef a(x):\n    return x * x\n\n"
+        "@sg.function\ndef b(x, y):\n    return sg.exp(x) * y\n"
+    )
+    for extra in ([], ["--timeout", "120"]):
+        r = run_symgrad("compile", "two.py", "--force", *extra, cwd=tmp_path, timeout=300)
+        assert r.returncode == 0, r.stderr
+        assert re.fullmatch(r"\[1/2\] a \(\d+\.\d\d s\)\n\[2/2\] b \(\d+\.\d\d s\)\n", r.stderr), r.stderr
+        assert re.search(r"^wrote 2 functions to two_symgrad \(\d+\.\d\d s\)$", r.stdout, re.M), r.stdout

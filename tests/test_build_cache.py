@@ -706,3 +706,76 @@ def test_cache_clear_moves_entries_aside_and_removes_probes_and_stale_leftovers(
     left = sorted(p for p in fresh_root.rglob("*") if p.parent != fresh_root)
     assert left == sorted(young)
     assert removed_trees and all(p.name.startswith(".trash-") for p in removed_trees), removed_trees
+
+
+# -- entries removed while a process uses them ---------------------------------------------------------------
+
+VANISH_CHILD = textwrap.dedent("""\
+    import json, os, sys, time
+    import numpy as np
+    import symgrad as sg
+
+    model, backend, go = sys.argv[1:]
+    sg.set_backend(backend)
+
+    @sg.function
+    def jit_square(x):
+        return x * x
+
+    m = sg.compile(model)
+    jit = jit_square.compiled()
+    print("compiled", flush=True)
+    while not os.path.exists(go):
+        time.sleep(0.01)
+    x = np.array(X)
+    print(json.dumps({"softplus": m.softplus(x).tolist(), "blend": m.blend(x, x).tolist(),
+                      "square": jit(x).tolist(), "backend": m.softplus.backend}))
+""").replace("np.array(X)", f"np.array({X})")
+
+
+@pytest.mark.parametrize("backend", ["numpy", "c"])
+def test_process_whose_entries_are_cleared_meanwhile_rebuilds_them(tmp_path, backend):
+    """``symgrad cache clear`` in another process between ``sg.compile`` (and a first ``@sg.function``
+    build) and the first call: the process builds its package again instead of failing with advice to rerun
+    ``symgrad compile``."""
+    model, cache = _model_and_cache(tmp_path)
+    go = tmp_path / "go"
+    env = env_for(cache)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", VANISH_CHILD, str(model), backend, str(go)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout.readline().strip() == "compiled", proc.stderr.read()
+        r = run_symgrad("cache", "clear", cwd=tmp_path, env=env)
+        assert r.returncode == 0 and not [p for p in (cache / "models").iterdir() if p.name[0] != "."]
+        go.touch()
+        out, err = proc.communicate(timeout=300)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, err
+    result = json.loads(out)
+    np.testing.assert_allclose(result["softplus"], _expected()["softplus"], rtol=1e-12)
+    np.testing.assert_allclose(result["blend"], _expected()["blend"], rtol=1e-12)
+    assert result["square"] == [x * x for x in X] and result["backend"] == backend
+    assert [p for p in (cache / "models").iterdir() if p.name[0] != "."]  # built again
+
+
+@pytest.mark.parametrize("backend", ["numpy", "c"])
+def test_entry_corrupted_after_loading_is_rebuilt_and_loads_in_the_same_process(tmp_path, backend):
+    model, _ = _model_and_cache(tmp_path)
+    m = sg.compile(model, force=True)
+    package = m.softplus.package.path
+    kernels = package / ("kernels_numpy.py" if backend == "numpy" else "kernels.c")
+    good = kernels.read_text()
+    kernels.write_text(good[: len(good) // 2])
+    previous = sg.get_backend()
+    sg.set_backend(backend)
+    try:
+        np.testing.assert_allclose(m.softplus(np.array(X)), _expected()["softplus"], rtol=1e-12)
+    finally:
+        sg.set_backend(previous)
+    assert kernels.read_text() == good

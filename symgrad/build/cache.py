@@ -174,9 +174,10 @@ def _same_files(a: Path, b: Path) -> bool:
 
 
 def staging_dir(parent: Path, name: str) -> Path:
-    """A fresh private directory next to where ``name`` will be published."""
+    """A fresh private directory next to where ``name`` will be published, named for this process
+    (``.tmp-<name>-<pid>-*``: a parent that kills a compiling child removes the child's)."""
     parent.mkdir(parents=True, exist_ok=True)
-    return Path(tempfile.mkdtemp(dir=parent, prefix=f".tmp-{name}-"))
+    return Path(tempfile.mkdtemp(dir=parent, prefix=f".tmp-{name}-{os.getpid()}-"))
 
 
 def remove_aside(path: Path) -> None:

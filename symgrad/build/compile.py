@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 from symgrad.build.cache import in_cache
 from symgrad.build.fingerprint import source_hash
 from symgrad.build.package import intact_manifest, write_package
+from symgrad.build.progress import notice
 from symgrad.debug import debug, say
 from symgrad.errors import ModelError
 
@@ -26,6 +27,8 @@ if TYPE_CHECKING:
     from symgrad.compiler.ir import Kernel
     from symgrad.compiler.trace import Spec
 
+#: ``progress(i, total, name)``: function ``i`` of ``total`` starts; ``progress(total, total, "")``: all are
+#: traced and derived (what remains is emitting and writing the package).
 Progress = Callable[[int, int, str], None]
 
 
@@ -49,10 +52,9 @@ def compile_model(
         text = path.read_bytes()
     except OSError as exc:
         raise ModelError(f"{path}: cannot read the model file ({exc.strerror})") from None
-    dest = Path(out_dir) if out_dir else path.parent / f"{path.stem}_symgrad"
+    dest = package_dir(path, out_dir)
     src_hash = source_hash(text)
-    old = intact_manifest(dest)
-    if not force and old is not None and old["source_hash"] == src_hash and _same_dependencies(path, old):
+    if not force and up_to_date(path, dest, src_hash):
         return BuildResult(dest, rebuilt=False)
     from symgrad.compiler.model import read_model
 
@@ -64,6 +66,8 @@ def compile_model(
         if progress:
             progress(i, len(functions), fn.name)
         kernels.append(_kernel(fn.trace))
+    if progress:
+        progress(len(functions), len(functions), "")
     kernels = _unique_idents(kernels)
     try:
         write_package(kernels, dest, path.name, src_hash, provenance(path, dest, model.dependencies))
@@ -72,6 +76,26 @@ def compile_model(
             exc.errno, f"cannot write the compiled package {dest} ({exc.strerror or exc})"
         ) from None
     return BuildResult(dest, rebuilt=True, kernels=kernels)
+
+
+def up_to_date(model: Path, dest: Path, src_hash: str | None = None) -> bool:
+    """Whether the package at ``dest`` is intact and compiled from ``model`` as it is now (its text, hashed
+    as ``src_hash`` when given, and the local modules it imported); no SymPy."""
+    old = intact_manifest(dest)
+    if old is None:
+        return False
+    if src_hash is None:
+        try:
+            src_hash = source_hash(model.read_bytes())
+        except OSError:
+            return False
+    return old["source_hash"] == src_hash and _same_dependencies(model, old)
+
+
+def package_dir(model: Path, out_dir: str | Path | None = None) -> Path:
+    """Where ``symgrad compile`` writes the package of ``model``: ``out_dir``, else ``<stem>_symgrad/``
+    beside it."""
+    return Path(out_dir) if out_dir else model.parent / f"{model.stem}_symgrad"
 
 
 def provenance(model: Path, dest: Path, files: tuple[Path, ...]) -> dict:
@@ -158,6 +182,7 @@ def compile_traced(spec: Spec) -> Path:
                 [(a.name, a.shape, a.diff, a.uniform) for a in spec.args],
                 [(o.shape, [serialize(e) for e in o.exprs]) for o in spec.outputs],
                 spec.returns_tuple,
+                [(serialize(e), name) for e, name in spec.names],  # readable temporaries' names
             )
         ).encode()
     )
@@ -196,14 +221,25 @@ def model_key(path: Path) -> str:
     return hashlib.sha256(os.fsencode(path.resolve())).hexdigest()[:12]
 
 
-def compile_model_in_cache(path: str | Path, *, force: bool = False) -> Path:
-    """``compile_model`` into the cache directory (one entry per model path); returns the package path."""
+def compile_model_in_cache(
+    path: str | Path, *, force: bool = False, timeout: float | None = None, quiet: bool | None = None
+) -> Path:
+    """``compile_model`` into the cache directory (one entry per model path); returns the package path.
+
+    ``timeout``: seconds before the build gives up (ModelError), in a child process that is killed then
+    (``build.child``), which also stops a model looping in C or catching ``Exception``. A build that takes
+    more than two seconds says so on stderr unless ``quiet`` (None: ``SYMGRAD_QUIET``)."""
     path = Path(path).resolve()
 
     def build(root: Path) -> Path:
         dest = root / "models" / f"{path_token(path.stem)}-{model_key(path)}"
-        with _building(dest):
-            compile_model(path, dest, force=force)
+        with _building(dest), notice(path.name, quiet):
+            if timeout is None:
+                compile_model(path, dest, force=force)
+            elif force or not up_to_date(path, dest):  # a child process only to build
+                from symgrad.build.child import compile_model_bounded
+
+                compile_model_bounded(path, dest, timeout=timeout, force=force)
         return dest
 
     return in_cache(build)

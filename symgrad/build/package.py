@@ -11,8 +11,8 @@ import hashlib
 import json
 import shutil
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -44,34 +44,51 @@ def _digest(file: Path) -> str:
 
 @dataclass(frozen=True)
 class Package:
-    """A compiled package directory and its manifest."""
+    """A compiled package directory and its manifest.
+
+    ``quiet``: no notice on stderr when loading its kernels takes long (``build.progress.notice``; None:
+    ``SYMGRAD_QUIET``). ``rebuild``: for a package in the cache, builds it again and returns where; a file
+    that vanished or no longer matches (``symgrad cache clear``, another process) is then read from the
+    rebuilt package (it must be the same build: same digests) instead of failing."""
 
     path: Path
+    quiet: bool | None = field(default=None, compare=False)
+    rebuild: Callable[[], Path] | None = field(default=None, compare=False, repr=False)
 
     @cached_property
     def manifest(self) -> dict:
         try:
-            manifest = json.loads((self.path / MANIFEST).read_text())
-            manifest["functions"], manifest["digests"]
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            raise PackageError(
-                f"{self.path} is not a usable symgrad package ({MANIFEST}: {exc}); "
-                "rerun `symgrad compile` on its model"
-            ) from None
-        return manifest
+            return _read_manifest(self.path)
+        except PackageError:
+            if self.rebuild is None:
+                raise
+            self._moved_to(self.rebuild())
+            return _read_manifest(self.path)
 
     def read(self, emitter: str) -> str:
         """The text of the file ``emitter`` generated, after checking it against the recorded digest."""
         filename = self.manifest["files"][emitter]
+        text, problem = self._checked(filename)
+        if problem is not None and self.rebuild is not None:
+            self._moved_to(self.rebuild())
+            text, problem = self._checked(filename)
+        if problem is not None:
+            raise PackageError(f"{self.path / filename}: {problem}; rerun `symgrad compile` on its model")
+        return text
+
+    def _checked(self, filename: str) -> tuple[str, str | None]:
+        """The text of the generated file ``filename`` and why it cannot be trusted (None: it is what the
+        manifest recorded)."""
         try:
             text = (self.path / filename).read_text()
         except (OSError, UnicodeDecodeError) as exc:
-            text, problem = None, str(exc)
-        else:
-            problem = "truncated or edited since it was generated"
-        if text is None or digest_text(text) != self.manifest["digests"].get(filename):
-            raise PackageError(f"{self.path / filename}: {problem}; rerun `symgrad compile` on its model")
-        return text
+            return "", str(exc)
+        if digest_text(text) != self.manifest["digests"].get(filename):
+            return text, "truncated or edited since it was generated"
+        return text, None
+
+    def _moved_to(self, path: Path) -> None:
+        object.__setattr__(self, "path", Path(path))  # a rebuild into a fallback cache moves it
 
     def changed_sources(self) -> list[Path]:
         """The model file and local modules this package was compiled from that changed since (empty when
@@ -93,6 +110,18 @@ class Package:
         """The path of the file ``emitter`` generated, checked as in ``read``."""
         self.read(emitter)
         return self.path / self.manifest["files"][emitter]
+
+
+def _read_manifest(path: Path) -> dict:
+    try:
+        manifest = json.loads((path / MANIFEST).read_text())
+        manifest["functions"], manifest["digests"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise PackageError(
+            f"{path} is not a usable symgrad package ({MANIFEST}: {exc}); "
+            "rerun `symgrad compile` on its model"
+        ) from None
+    return manifest
 
 
 def _slot_json(s: Slot) -> dict:

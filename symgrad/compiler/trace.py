@@ -15,8 +15,10 @@ from typing import Any
 
 import sympy
 
-from symgrad.compiler import dag
+from symgrad.compiler import dag, nonfinite
 from symgrad.compiler.hints import hint
+from symgrad.compiler.locals_capture import captured_locals, named_values
+from symgrad.compiler.numbers import drop_unit_floats
 from symgrad.errors import ExpressionTooLarge, ModelError
 
 
@@ -68,6 +70,8 @@ class Spec:
     returns_tuple: bool
     origin: str  # 'model.py:12'
     doc: str
+    #: (expression, the user's name for it): intermediate values of the body, for readable temporaries
+    names: tuple[tuple[sympy.Expr, str], ...] = ()
 
     @property
     def where(self) -> str:
@@ -133,13 +137,13 @@ def _as_scalar(value: Any, fname: str, index: str) -> sympy.Expr:
             "(sg.where(cond, 1.0, 0.0) for an indicator)"
         )
     if isinstance(value, (int, float)):
-        return sympy.Float(value) if isinstance(value, float) else sympy.Integer(value)
+        return nonfinite.constant(value) if isinstance(value, float) else sympy.Integer(value)
     if not isinstance(value, sympy.Expr):
         raise ModelError(
             f"{fname}: returned a {type(value).__name__}{index}, expected a SymPy expression "
             "(use sg.exp, sg.log, ... rather than math or numpy functions inside @sg.function)"
         )
-    return value
+    return drop_unit_floats(value)
 
 
 def _check_size(expr: sympy.Expr, fname: str, limit: int) -> None:
@@ -210,7 +214,7 @@ class ForwardFunction:
                 values.append(symbols[0])
             else:
                 values.append(sympy.Matrix(shape[0], shape[1] if len(shape) > 1 else 1, symbols))
-        result = self._call_body(values, constants)
+        result, found = self._call_body(values, constants)
         returns_tuple = isinstance(result, tuple)
         items = result if returns_tuple else (result,)
         outputs = tuple(
@@ -230,8 +234,9 @@ class ForwardFunction:
                         f"{self.name}: the result uses symbol(s) {names} that are not arguments "
                         "of the function; make them parameters (or Python constants)"
                     )
+        names = named_values(found, {a.name for a in args}, drop_unit_floats)
         return Spec(
-            self.name, tuple(args), outputs, returns_tuple, self.origin, inspect.getdoc(self.fn) or ""
+            self.name, tuple(args), outputs, returns_tuple, self.origin, inspect.getdoc(self.fn) or "", names
         )
 
     def _constant(self, p: inspect.Parameter) -> bool:
@@ -247,11 +252,17 @@ class ForwardFunction:
             )
         return True
 
-    def _call_body(self, values: list, constants: list[inspect.Parameter]) -> Any:
+    def _call_body(
+        self, values: list, constants: list[inspect.Parameter]
+    ) -> tuple[Any, list[tuple[str, Any]]]:
+        """The body's result and its locals (``locals_capture``)."""
         values = values + [p.default for p in constants if p.kind is p.POSITIONAL_ONLY]
         keywords = {p.name: p.default for p in constants if p.kind is not p.POSITIONAL_ONLY}
         try:
-            return self.fn(*values, **keywords)
+            # x + 1e400 keeps x (SymPy would fold x + oo to oo)
+            with nonfinite.tracing(), captured_locals(self.fn.__code__) as found:
+                result = self.fn(*values, **keywords)
+            return result, found
         except Exception as exc:
             tb, lineno = exc.__traceback__, 0
             while tb is not None:
