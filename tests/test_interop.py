@@ -293,12 +293,14 @@ class TestTorch:
         np.testing.assert_allclose(y.numpy(), m.gelu_tanh(x.detach().numpy()))
 
     @pytest.mark.parametrize("impl", IMPLS)
-    def test_double_backward_is_refused(self, m, impl):
+    def test_third_derivative_is_refused(self, m, impl):
+        """Second derivatives work (tests/test_interop_higher.py); a third one names the function."""
         torch = self.torch
         x = torch.randn(3, dtype=torch.float64, requires_grad=True)
         (g,) = torch.autograd.grad(self.op(m.gelu_tanh, impl)(x).sum(), x, create_graph=True)
-        with pytest.raises(RuntimeError, match="double backward through the compiled function 'gelu_tanh'"):
-            g.sum().backward()
+        (h,) = torch.autograd.grad(g.sum(), x, create_graph=True)
+        with pytest.raises(RuntimeError, match="third derivative through the compiled function 'gelu_tanh'"):
+            h.sum().backward()
 
     def test_module_training_step(self, m):
         """gelu_tanh from symgrad in an nn.Module: same gradients as torch's own GELU, and the loss falls."""
@@ -539,10 +541,8 @@ class TestJax:
             assert jac.shape == (5, 3, 3)
 
     def test_argument_errors(self, m):
-        jax, jnp = self.jax, self.jnp
+        jnp = self.jnp
         with pytest.raises(ArgumentError, match=r"blend: argument batch shapes do not broadcast"):
             m.blend.to_jax()(jnp.ones(3), jnp.ones(4))
         with pytest.raises(ArgumentError, match=r"neo_relu: argument 'x' has dtype int32"):
             m.neo_relu.to_jax()(jnp.ones(3, jnp.int32))
-        with pytest.raises(TypeError, match="forward-mode"):
-            jax.jvp(m.neo_relu.to_jax(), (jnp.ones(3),), (jnp.ones(3),))

@@ -215,12 +215,15 @@ def test_create_graph_through_custom_function_backward():
     assert x.grad.item() == 12  # d/dx 3x^2 = 6x
 
 
-def test_double_backward_through_a_compiled_node_is_refused_clearly():
+def test_a_third_differentiation_through_compiled_nodes():
+    """Past the second order through the vjp compiled as a function (tests/test_double_backward.py)."""
     x = sg.tensor(2.0, requires_grad=True)
     (g,) = sg.grad(x * x * x, x, create_graph=True)
     assert g.item() == 12
-    with pytest.raises(RuntimeError, match="double backward through the compiled function 'mul'"):
-        g.backward()
+    (h,) = sg.grad(g, x, create_graph=True)
+    assert h.item() == 12
+    h.backward()
+    assert x.grad.item() == 6
 
 
 def test_deep_chain_backpropagates_without_recursion():

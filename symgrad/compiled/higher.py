@@ -1,5 +1,6 @@
 """Second-order entry points of ``CompiledFunction`` (a mixin): ``hessian``, ``value_jacobian_hessian``
-and ``hvp``, each one fused kernel (the ``value_jacobian_hessian`` and ``hvp`` programs).
+and ``hvp``, each one fused kernel (the ``value_jacobian_hessian`` and ``hvp`` programs); ``derived``, the
+functions built from its source for higher orders.
 
 The Hessian is laid out like the Jacobian: rows are the flattened outputs, both other axes the flattened
 differentiable arguments in order, ``batch + (n_out, n_in, n_in)`` (``batch + (n_in, n_in)`` for one
@@ -10,6 +11,7 @@ differentiate twice, has no such program: the call says so.
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Sequence
 from typing import Any
 
@@ -18,9 +20,25 @@ import numpy as np
 from symgrad.compiled.arguments import bind, check_arity, sum_to_shape
 from symgrad.errors import ArgumentError
 
+#: Functions derived from a compiled one, by kind: ``"vjp"`` is ``(arguments..., cotangents...) -> the vjp``
+#: compiled as a function of its own (the tape differentiates a compiled node a third time and more through
+#: it). Built from the symbolic source by the module and function named here, imported on first use (a
+#: plugin table, like ``ADAPTERS``: this stage holds no SymPy).
+DERIVERS = {"vjp": ("symgrad.func", "derived_vjp")}
+
 
 class SecondOrder:
     """Mixed into ``CompiledFunction``; uses its argument checks (``_arrays``, ``_out``) and kernels."""
+
+    #: the ``@sg.function`` this was compiled from, when this process traced it (set by
+    #: ``SymbolicFunction.compiled``); a package compiled from a model file finds its source by the manifest
+    symbolic: Any = None
+
+    def derived(self, kind: str) -> Any:
+        """The compiled function of ``kind`` derived from this one (see ``DERIVERS``; compiled once per
+        process, cached on disk), or None when its symbolic source is not reachable."""
+        module, attr = DERIVERS[kind]
+        return getattr(importlib.import_module(module), attr)(self)
 
     def _second_order(self, program: str) -> None:
         """Raise unless the package holds ``program``."""
@@ -30,6 +48,17 @@ class SecondOrder:
                 "symgrad compiles (symgrad.compiler.derive.HESSIAN_MAX_ENTRIES, HESSIAN_MAX_WORK), or its "
                 "second derivative uses a function symgrad cannot differentiate twice"
             )
+
+    def third_derivative_error(self) -> RuntimeError:
+        """The error a runtime raises when asked to differentiate this function three times and its
+        ``derived("vjp")`` is not available (no source reachable)."""
+        return RuntimeError(
+            f"a third derivative through the compiled function '{self.name}' ({self.origin}) is not "
+            "available: past the second, a compiled node differentiates through its vjp compiled as a "
+            "function of its own, which needs its source (the @sg.function traced in this process, or the "
+            "unchanged model file of its package), and none is reachable here. Compose sg.func.grad, e.g. "
+            f"sg.func.grad(sg.func.grad({self.name})), where the source is at hand."
+        )
 
     def value_jacobian_hessian(self, *args: Any, out: Any = None, **kwargs: Any) -> tuple[Any, Any, Any]:
         """(outputs, J, H) from one fused kernel: J as ``value_and_jacobian`` gives it, H of shape

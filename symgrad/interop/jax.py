@@ -4,17 +4,16 @@
     jax.jit(f)(x, y)
     jax.grad(lambda x, y: f(x, y).sum(), argnums=(0, 1))(x, y)
 
-The function is a ``jax.custom_vjp`` whose forward and backward call the compiled kernels (the active
-symgrad backend, C by default) through ``jax.pure_callback``, so it works under ``jax.jit``, ``jax.grad``,
-``jax.vjp``, ``jax.vmap`` (``vmap_method="expand_dims"``: one kernel call for the whole batch) and
-combinations such as ``jax.vmap(jax.grad(...))`` and ``jax.jacrev``. Forward mode (``jax.jvp``,
-``jax.jacfwd``) is not available through a ``custom_vjp``; neither is a second derivative.
-
-Residuals: the inputs, for the vjp kernel in the backward callback; or, for per-element scalar functions
-with one output and one or two arguments whose Jacobian is no larger than the inputs, the forward under
-differentiation runs the fused ``value_and_jacobian`` kernel and keeps only J, and the backward is
-``cotangent * J`` in JAX (no second callback, no recomputation of the forward). Outside differentiation
-only the forward kernel runs.
+The function is a ``jax.custom_jvp``: its primal calls the forward kernel, its tangent is ``J . t``, with
+J from the fused ``value_and_jacobian`` kernel (through ``jax.pure_callback``) contracted in JAX, so JAX can
+transpose it: ``jax.jit``, ``jax.grad``, ``jax.vjp``, ``jax.jvp``, ``jax.jacfwd``, ``jax.jacrev`` and
+``jax.vmap`` (``vmap_method="expand_dims"``: one kernel call for the whole batch) all work. J is itself a
+``custom_jvp`` whose tangent is the Hessian program's H contracted with t (``jax.hessian``, grad of grad);
+for a function too large for that program, one hvp kernel call per output element (forward over reverse:
+``jax.hessian``, ``jax.jacfwd(jax.grad)``; reverse over reverse needs the Hessian program). A third
+derivative raises ``CompiledFunction.third_derivative_error``; a function without an hvp program raises
+``double_backward_error`` at the second. Reverse mode costs the Jacobian program (n_out x n_in per element),
+not the vjp's n_in.
 
 Arguments: JAX or NumPy arrays or Python numbers; the dtype is ``jnp.result_type`` of the arguments (so
 Python numbers are weak, and without ``jax_enable_x64`` everything is float32), and must be float32 or
@@ -24,7 +23,7 @@ of a broadcast argument is summed back to its shape (in JAX, after the callback)
 
 from __future__ import annotations
 
-from functools import partial
+import math
 from typing import Any
 
 import jax
@@ -35,7 +34,6 @@ from symgrad.abi import FLOAT_DTYPES
 from symgrad.compiled.arguments import (
     FLOAT_NAMES,
     batch_shape,
-    broadcast_axes,
     broadcast_batches,
     broadcast_shape,
     check_arity,
@@ -59,16 +57,20 @@ def to_jax(fn: Any) -> JaxFunction:
     return wrapped
 
 
-def _sum_to(g: jax.Array, shape: tuple) -> jax.Array:
-    """Sum ``g`` (the batch shape, same rank as ``shape``) over the axes where ``shape`` has 1."""
-    axes = broadcast_axes(g.shape, tuple(shape))
-    g = jnp.sum(g, axis=axes, keepdims=True) if axes else g
-    return g if g.shape == tuple(shape) else jnp.broadcast_to(g, shape)
+def _full(arrays: Any, tails: tuple) -> tuple[list, tuple]:
+    """``arrays`` (NumPy) broadcast to their common batch shape (per-element shapes ``tails``), and it:
+    under vmap's expand_dims an unbatched argument arrives with a leading 1, and per-element derivatives
+    must keep every batch axis."""
+    arrays = [np.asarray(a) for a in arrays]
+    batch = broadcast_shape(a.shape[: a.ndim - len(t)] for a, t in zip(arrays, tails))
+    return [np.broadcast_to(a, batch + t) for a, t in zip(arrays, tails)], batch
 
 
 def _callbacks(fn: Any) -> tuple:
-    """The host callbacks (forward, value_and_jacobian, vjp) calling ``fn``'s kernels on NumPy arrays."""
+    """The host callbacks (forward, value_and_jacobian, Jacobian tangent) calling ``fn``'s kernels."""
     n_args = len(fn.arg_names)
+    diff = [k for k, d in enumerate(fn.arg_diff) if d]
+    out_sizes = [math.prod(s) for s in fn.out_shapes]
 
     def forward_callback(*arrays: Any) -> tuple:
         return tuple(fn.forward(*(np.asarray(a) for a in arrays)))
@@ -77,20 +79,28 @@ def _callbacks(fn: Any) -> tuple:
         outs, jac = fn.value_and_jacobian(*(np.asarray(a) for a in arrays))
         return (*(outs if fn.returns_tuple else (outs,)), jac)
 
-    def vjp_callback(*arrays: Any) -> tuple:
-        # Full-batch gradients (no summing here): under vmap's expand_dims an unbatched argument arrives
-        # with a leading 1 while its per-example gradient must keep the batch axis; JAX sums afterwards.
-        arrays = [np.asarray(a) for a in arrays]
-        args = arrays[:n_args]
-        batch = broadcast_shape(
-            a.shape[: a.ndim - len(t)] for a, t in zip(arrays, fn.arg_shapes + fn.out_shapes)
-        )
-        full = [np.broadcast_to(a, batch + t) for a, t in zip(args, fn.arg_shapes)]
-        grads = fn.vjp(*full, *arrays[n_args:])
-        # custom_vjp wants a cotangent for every argument: zero for a nondiff one
-        return tuple(np.zeros_like(a) if g is None else g for g, a in zip(grads, full))
+    def jacobian_tangent_callback(*arrays: Any) -> np.ndarray:
+        """dJ/dx . t, batch + (n_out, n_in): row o is the hvp with the unit cotangent of output element o
+        (each output's Hessian is symmetric), one kernel call per output element."""
+        full, batch = _full(arrays, fn.arg_shapes + tuple(fn.arg_shapes[k] for k in diff))
+        args, tangents = tuple(full[:n_args]), iter(full[n_args:])
+        tangents = tuple(next(tangents) if d else None for d in fn.arg_diff)
+        rows = []
+        for m, size in enumerate(out_sizes):
+            for e in range(size):
+                cots = [np.zeros(s, args[0].dtype) for s in fn.out_shapes]
+                cots[m].reshape(-1)[e] = 1
+                hvp = fn.hvp(args, tangents, tuple(cots))
+                rows.append(np.concatenate([hvp[k].reshape(batch + (-1,)) for k in diff], axis=-1))
+        return np.stack(rows, axis=-2)
 
-    return forward_callback, jacobian_callback, vjp_callback
+    def hessian_callback(*arrays: Any) -> np.ndarray:
+        """H, batch + (n_out, n_in, n_in) (also for one output element)."""
+        hess = fn.hessian(*(np.asarray(a) for a in arrays))
+        lead = hess.ndim - (2 if sum(out_sizes) == 1 else 3)
+        return hess.reshape(hess.shape[:lead] + (sum(out_sizes),) + hess.shape[-2:])
+
+    return forward_callback, jacobian_callback, hessian_callback, jacobian_tangent_callback
 
 
 class JaxFunction:
@@ -102,9 +112,8 @@ class JaxFunction:
         self.arg_names = fn.arg_names
         self.__doc__ = fn.__doc__
         self.__name__ = self.__qualname__ = fn.name
-        self._n_args, self._n_out = len(fn.arg_names), fn.n_outputs
-        #: per-element scalar, one output, one or two differentiable arguments (``CompiledFunction``)
-        self._jac_ok = fn.jacobian_saving
+        self._diff = [k for k, d in enumerate(fn.arg_diff) if d]
+        self._out_sizes = [math.prod(s) for s in fn.out_shapes]
         self._core = self._make_core()
 
     def __repr__(self) -> str:
@@ -114,63 +123,95 @@ class JaxFunction:
     def _batch_rank(self, shapes: tuple) -> int:
         return max(len(s) - len(t) for s, t in zip(shapes, self.fn.arg_shapes))
 
-    def _batch(self, shapes: tuple) -> tuple:
-        """The broadcast batch shape of (checked) argument shapes."""
-        return broadcast_shape(s[: len(s) - len(t)] for s, t in zip(shapes, self.fn.arg_shapes))
+    def _batch(self, args: tuple) -> tuple:
+        """The broadcast batch shape of (checked) arguments."""
+        return broadcast_shape(a.shape[: a.ndim - len(t)] for a, t in zip(args, self.fn.arg_shapes))
 
-    # -- the custom_vjp core: every argument has the same batch rank and the same dtype ---------------------
-    def _use_jacobian(self, shapes: tuple) -> bool:
-        """Forward with the Jacobian (backward = cotangent * J in JAX, no second callback) for per-element
-        scalar functions with one output and one or two arguments when J is no larger than the inputs (no
-        broadcast blow-up). One output only: multi-output fused Jacobians are not trusted yet (see the
-        xfail in tests/test_adbench.py)."""
-        if not self._jac_ok:
-            return False
-        batch = self._batch(shapes)
-        return any(tuple(s) == batch for s in shapes)
+    def _structs(self, args: tuple, jacobian: bool) -> tuple:
+        """The result shapes of the forward (and, with ``jacobian``, J's) callback."""
+        batch, dtype = self._batch(args), args[0].dtype
+        outs = tuple(jax.ShapeDtypeStruct(batch + s, dtype) for s in self.fn.out_shapes)
+        return (*outs, self._jacobian_struct(batch, dtype)) if jacobian else outs
 
+    def _jacobian_struct(self, batch: tuple, dtype: Any) -> jax.ShapeDtypeStruct:
+        n_in = sum(math.prod(self.fn.arg_shapes[k]) for k in self._diff)
+        return jax.ShapeDtypeStruct(batch + (sum(self._out_sizes), n_in), dtype)
+
+    def _flat_tangents(self, batch: tuple, tangents: tuple, dtype: Any) -> jax.Array:
+        """The tangents of the differentiable arguments flattened and broadcast: ``batch + (n_in,)``."""
+        parts = [
+            jnp.broadcast_to(tangents[k], batch + s).reshape(batch + (math.prod(s),))
+            for k, s in ((k, self.fn.arg_shapes[k]) for k in self._diff)
+        ]
+        return jnp.concatenate(parts, axis=-1).astype(dtype)
+
+    def _contract(self, jac: jax.Array, tangents: tuple) -> tuple:
+        """J . t per output, in JAX (so that reverse mode transposes it)."""
+        batch = jac.shape[:-2]
+        rows = (jac * self._flat_tangents(batch, tangents, jac.dtype)[..., None, :]).sum(-1)  # XLA fuses it
+        ends = np.cumsum(self._out_sizes)[:-1].tolist()
+        return tuple(r.reshape(batch + s) for r, s in zip(jnp.split(rows, ends, axis=-1), self.fn.out_shapes))
+
+    # -- the core: every argument has the same batch rank and the same dtype --------------------------------
     def _make_core(self) -> Any:
-        fn, n_args, n_out = self.fn, self._n_args, self._n_out
-        forward_callback, jacobian_callback, vjp_callback = _callbacks(fn)
+        """``core(*args) -> outputs``: a ``custom_jvp`` whose tangent is ``J . t`` with J from the fused
+        ``value_and_jacobian`` kernel; J is itself a ``custom_jvp`` whose tangent comes from the hvp kernel,
+        and that one refuses a third derivative."""
+        fn = self.fn
+        forward_callback, jacobian_callback, hessian_callback, jacobian_tangent_callback = _callbacks(fn)
 
-        def out_structs(args: tuple) -> tuple:
-            batch = self._batch(tuple(a.shape for a in args))
-            return tuple(jax.ShapeDtypeStruct(batch + s, args[0].dtype) for s in fn.out_shapes)
+        def callback(function: Any, structs: Any, *args: Any) -> Any:
+            return jax.pure_callback(function, structs, *args, vmap_method="expand_dims")
 
-        def call_forward(args: tuple) -> tuple:
-            return jax.pure_callback(forward_callback, out_structs(args), *args, vmap_method="expand_dims")
-
-        # ``shapes`` (static, hashable) lets the backward sum gradients back to the arguments' shapes.
-        @partial(jax.custom_vjp, nondiff_argnums=(0,))
-        def core(shapes: tuple, *args: jax.Array) -> tuple:
-            return call_forward(args)
-
-        def core_fwd(shapes: tuple, *args: jax.Array) -> tuple:
-            if not self._use_jacobian(shapes):
-                return call_forward(args), args  # residuals: the inputs only
-            structs = out_structs(args)
-            jac = jax.ShapeDtypeStruct(structs[0].shape + (n_out, n_args), args[0].dtype)
-            *outs, jac = jax.pure_callback(
-                jacobian_callback, (*structs, jac), *args, vmap_method="expand_dims"
+        @jax.custom_jvp
+        def hvp_rows(*args: jax.Array) -> jax.Array:
+            n = len(fn.arg_names)
+            return callback(
+                jacobian_tangent_callback, self._jacobian_struct(self._batch(args[:n]), args[0].dtype), *args
             )
-            return tuple(outs), jac  # residuals: the Jacobian only
 
-        def core_bwd(shapes: tuple, res: Any, cotangents: tuple) -> tuple:
-            if self._use_jacobian(shapes):
-                jac = res
-                grads = tuple(
-                    sum(c * jac[..., j, i] for j, c in enumerate(cotangents)) for i in range(n_args)
-                )
-                return tuple(_sum_to(g, s) for g, s in zip(grads, shapes))
-            args = res
-            batch = self._batch(shapes)
-            dtype = args[0].dtype
-            cots = tuple(jnp.asarray(c, dtype) for c in cotangents)
-            structs = tuple(jax.ShapeDtypeStruct(batch + t, dtype) for t in fn.arg_shapes)
-            grads = jax.pure_callback(vjp_callback, structs, *args, *cots, vmap_method="expand_dims")
-            return tuple(_sum_to(g, s) for g, s in zip(grads, shapes))
+        @hvp_rows.defjvp
+        def hvp_rows_jvp(primals: tuple, tangents: tuple) -> tuple:
+            raise fn.third_derivative_error()
 
-        core.defvjp(core_fwd, core_bwd)
+        @jax.custom_jvp
+        def value_and_jacobian(*args: jax.Array) -> tuple:
+            return tuple(callback(jacobian_callback, self._structs(args, True), *args))
+
+        @jax.custom_jvp
+        def hessian(*args: jax.Array) -> jax.Array:
+            batch, dtype = self._batch(args), args[0].dtype
+            n_out, n_in = self._jacobian_struct(batch, dtype).shape[-2:]
+            struct = jax.ShapeDtypeStruct(batch + (n_out, n_in, n_in), dtype)
+            return callback(hessian_callback, struct, *args)
+
+        @hessian.defjvp
+        def hessian_jvp(primals: tuple, tangents: tuple) -> tuple:
+            raise fn.third_derivative_error()
+
+        @value_and_jacobian.defjvp
+        def value_and_jacobian_jvp(primals: tuple, tangents: tuple) -> tuple:
+            """dJ . t: the Hessian contracted in JAX where its program was compiled (reverse mode transposes
+            it), else one hvp per output element (forward over reverse only)."""
+            if "hvp" not in fn.programs:  # a second derivative symgrad cannot take
+                raise fn.double_backward_error()
+            *outs, jac = value_and_jacobian(*primals)
+            if "value_jacobian_hessian" in fn.programs:
+                flat = self._flat_tangents(jac.shape[:-2], tangents, jac.dtype)
+                d_jac = (hessian(*primals) * flat[..., None, None, :]).sum(-1)
+            else:
+                d_jac = hvp_rows(*primals, *(tangents[k] for k in self._diff))
+            return (*outs, jac), (*self._contract(jac, tangents), d_jac)
+
+        @jax.custom_jvp
+        def core(*args: jax.Array) -> tuple:
+            return tuple(callback(forward_callback, self._structs(args, False), *args))
+
+        @core.defjvp
+        def core_jvp(primals: tuple, tangents: tuple) -> tuple:
+            *outs, jac = value_and_jacobian(*primals)
+            return tuple(outs), self._contract(jac, tangents)
+
         return core
 
     # -- the boundary ---------------------------------------------------------------------------------------
@@ -211,7 +252,7 @@ class JaxFunction:
 
     def __call__(self, *args: Any) -> Any:
         args = self._prepare(args)
-        outs = self._core(tuple(tuple(a.shape) for a in args), *args)
+        outs = self._core(*args)
         return tuple(outs) if self.fn.returns_tuple else outs[0]
 
 

@@ -9,8 +9,8 @@ Two ways to record, with the same kernels:
   sums back to its input's shape only the gradients that a tracked input needs (None for a constant, and for
   a ``nondiff`` argument: a tensor passed there gets no gradient, as for a PyTorch Function whose backward
   returns None for it).
-The kernels are first-order only: under ``create_graph=True`` the gradients carry a node that refuses a
-second differentiation with a clear error.
+Under ``create_graph=True`` the gradients are recorded for a second differentiation through the hvp and jvp
+kernels (``compiled_backward``; the Jacobian-saving node saves its inputs too, for them).
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from symgrad.abi import FLOAT_DTYPES
 from symgrad.compiled import register_tensor_hook
 from symgrad.errors import ArgumentError
 from symgrad.runtime.autograd import Node, mode
+from symgrad.runtime.compiled_backward import record_vjp
 from symgrad.runtime.tensor import Tensor, _result
 
 #: Largest input (elements) for which a node saves the local Jacobian instead of the inputs (see the
@@ -98,49 +99,31 @@ def _jacobian_node(fn: Any, arrays: list, inputs: list) -> Tensor | None:
         return None
     out, jacobian = fn.kernel("value_and_jacobian", first.dtype)(arrays, first.shape)  # J: batch + (1, n)
     columns = tuple([None if inp is None else jacobian[..., 0, k] for k, inp in enumerate(inputs)])
-    node = Node(_jacobian_backward, tuple(inputs), columns, fn, fn.backward_name, ((out.shape, out.dtype),))
+    saved = columns + tuple(arrays)  # the inputs, for a second differentiation (``compiled_backward``)
+    node = Node(_jacobian_backward, tuple(inputs), saved, fn, fn.backward_name, ((out.shape, out.dtype),))
     return _result(out, node, 0)
 
 
 def _jacobian_backward(node: Node, grads: list, graph: bool) -> tuple:
+    saved = node.saved  # J's columns, then the inputs
     if graph:
+        n = len(saved) // 2
         g = grads[0].data
-        return _first_order(node, tuple([None if c is None else g * c for c in node.saved]), graph)
+        return record_vjp(node, saved[n:], grads, tuple([None if c is None else g * c for c in saved[:n]]))
     g = grads[0]
-    saved = node.saved
-    if len(saved) == 1:  # its one input requires grad (else there would be no node)
+    if len(saved) == 2:  # its one input requires grad (else there would be no node)
         return (g * saved[0],)
-    a, b = saved
+    a, b = saved[0], saved[1]
     return (None if a is None else g * a, None if b is None else g * b)
 
 
 def _vjp_backward(node: Node, grads: list, graph: bool) -> tuple:
     fn = node.ctx
     needed = tuple([inp is not None for inp in node.inputs])  # constants' gradients are not summed back
-    arrays = [g.data for g in grads] if graph else grads
-    return _first_order(node, fn.vjp(*node.saved, *arrays, needs_input_grad=needed), graph)
-
-
-def _first_order(node: Node, results: tuple, graph: bool) -> tuple:
-    """Under ``create_graph=True`` the gradients carry a node that refuses a second differentiation."""
     if not graph:
-        return results
-    refuse = Node(
-        _refuse_double_backward,
-        (),
-        None,
-        node.ctx,
-        node.name + "Backward",
-        tuple(((), np.float64) if r is None else (np.shape(r), np.result_type(r)) for r in results),
-    )
-    return tuple(
-        None if inp is None or r is None else _result(r, refuse, i)
-        for i, (inp, r) in enumerate(zip(node.inputs, results))
-    )
-
-
-def _refuse_double_backward(node: Node, grads: list, graph: bool) -> tuple:
-    raise node.ctx.double_backward_error()
+        return fn.vjp(*node.saved, *grads, needs_input_grad=needed)
+    results = fn.vjp(*node.saved, *[g.data for g in grads], needs_input_grad=needed)
+    return record_vjp(node, node.saved, grads, results)
 
 
 def _check_broadcast(arrays: list) -> None:

@@ -30,8 +30,14 @@ recomputation of the forward. Gradients of arguments that do not need one are no
 (``ctx.needs_input_grad``). Arguments may be tensors or Python numbers; the computation dtype is
 ``torch.promote_types`` of the tensors' dtypes (Python numbers are weak), mixed float32/float64 tensors are
 cast by an ordinary, differentiable ``Tensor.to`` (``arguments``). CUDA (or other non-CPU) tensors raise
-``ArgumentError``: the kernels are CPU code. Double backward raises ``CompiledFunction.double_backward_error``
-(the kernels are first order). No forward-mode AD (``torch.func.jvp``/``jacfwd``).
+``ArgumentError``: the kernels are CPU code.
+
+Second order (``second_order``): the vjp is itself differentiable (its backward runs the hvp and jvp kernels),
+so ``create_graph=True``, ``torch.autograd.gradgradcheck`` and ``torch.func.hessian`` work, and forward mode
+(``torch.func.jvp``/``jacfwd``, ``torch.autograd.forward_ad``) runs the jvp kernel. A third derivative raises
+``CompiledFunction.third_derivative_error``; a function without an hvp program raises
+``double_backward_error`` at the second. The eager Jacobian-saving forward keeps a reference to its inputs
+for that (a second derivative refuses an input changed in place since).
 """
 
 from __future__ import annotations

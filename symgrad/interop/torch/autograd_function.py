@@ -6,7 +6,10 @@
 the fused ``value_and_jacobian`` kernel and saves the Jacobian instead of the inputs; backward is then
 ``grad * J`` (summed back to broadcast shapes): the forward program is not recomputed. Old-style
 ``forward(ctx, ...)``: no per-call signature binding (new-style ``setup_context`` costs an
-``inspect.signature`` per call); ``torch.func`` transforms use the custom ops instead.
+``inspect.signature`` per call); ``torch.func`` transforms use the custom ops instead. Under
+``create_graph=True`` backward goes through the differentiable vjp Function of ``second_order`` on the
+inputs (kept by reference, with their versions checked, since the Jacobian path saves none), and forward
+mode runs the jvp kernel.
 """
 
 from __future__ import annotations
@@ -18,16 +21,19 @@ import torch
 
 from symgrad.interop.torch.arguments import from_numpy, grad_tensor, to_numpy
 from symgrad.interop.torch.registry import BOUND
+from symgrad.interop.torch.second_order import forward_tangents
 
 
-def make_autograd_function(op_name: str, title: str, n_args: int, n_out: int) -> type:
-    """The eager ``autograd.Function`` ``<title>SymgradFunction`` over the kernels of ``BOUND[op_name]``."""
+def make_autograd_function(op_name: str, title: str, n_args: int, n_out: int, second: tuple | None) -> type:
+    """The eager ``autograd.Function`` ``<title>SymgradFunction`` over the kernels of ``BOUND[op_name]``;
+    ``second``: the differentiable vjp and the jvp Functions (``second_order``; None: first order only)."""
     return type(
         f"{title}SymgradFunction",
         (torch.autograd.Function,),
         {
             "forward": staticmethod(_forward(op_name, n_args, n_out)),
-            "backward": staticmethod(_backward(op_name, n_args)),
+            "backward": staticmethod(_backward(op_name, n_args, second)),
+            "jvp": staticmethod(_jvp(op_name, second)),
             "__module__": __package__,
         },
     )
@@ -47,6 +53,8 @@ def _forward(op_name: str, n_args: int, n_out: int) -> Callable:
     def forward(ctx: Any, jac: bool, *tensors: torch.Tensor) -> Any:
         fn = BOUND[op_name]
         arrays = [t.numpy(force=True) for t in tensors]  # views of the tensors' memory (see to_numpy)
+        # for a second differentiation and forward mode (not saved: first-order backward never reads them)
+        ctx.inputs, ctx.versions = tensors, [t._version for t in tensors]
         if jac:  # one output (see _use_jacobian)
             results = fn.run_same_shape("value_and_jacobian", arrays)  # same shapes: straight to the kernel
             if results is None:
@@ -67,35 +75,60 @@ def _forward(op_name: str, n_args: int, n_out: int) -> Callable:
     return forward
 
 
-def _backward(op_name: str, n_args: int) -> Callable:
+def _backward(op_name: str, n_args: int, second: tuple | None) -> Callable:
     def backward(ctx: Any, *grads: Any) -> tuple:
         needs = ctx.needs_input_grad
+        if not any(needs):
+            return (None,) * (n_args + 1)
+        if torch.is_grad_enabled():  # create_graph=True: gradients that can be differentiated again
+            return (None, *_differentiable_grads(ctx, op_name, n_args, second, grads))
         jac = ctx.jac
         if jac is not None:
-            results = [
-                _jacobian_grad(jac[i], grads[0], shape) if needs[i + 1] else None
-                for i, shape in enumerate(ctx.shapes)
-            ]
-            anchors: tuple = ()
-        elif not any(needs):
-            return (None,) * (n_args + 1)
-        else:
-            inputs = ctx.saved_tensors
-            cots = [to_numpy(g) if g is not None else 0.0 for g in grads]
-            results = BOUND[op_name].vjp(*(to_numpy(t) for t in inputs), *cots)
-            results = [
+            return (
+                None,
+                *[
+                    _jacobian_grad(jac[i], grads[0], s) if needs[i + 1] else None
+                    for i, s in enumerate(ctx.shapes)
+                ],
+            )
+        inputs = ctx.saved_tensors
+        cots = [to_numpy(g) if g is not None else 0.0 for g in grads]
+        results = BOUND[op_name].vjp(*(to_numpy(t) for t in inputs), *cots)
+        return (
+            None,
+            *[
                 grad_tensor(r, t) if need and r is not None else None
                 for r, t, need in zip(results, inputs, needs[1:])
-            ]
-            anchors = inputs
-        if torch.is_grad_enabled():  # create_graph=True: a second differentiation must fail
-            with torch.enable_grad():
-                anchor = torch.empty(0, requires_grad=True)
-                fn = BOUND[op_name]
-                results = [None if r is None else _FirstOrder.apply(fn, r, anchor, *anchors) for r in results]
-        return (None, *results)
+            ],
+        )
 
     return backward
+
+
+def _differentiable_grads(ctx: Any, op_name: str, n_args: int, second: tuple | None, grads: tuple) -> tuple:
+    """The gradients through the differentiable vjp Function (``second_order``), on the inputs as they were
+    (the Jacobian-saving forward saved none: it checks their versions here)."""
+    fn = BOUND[op_name]
+    if second is None:  # PyTorch < 2.4: no custom ops for the second-order kernels
+        raise fn.double_backward_error()
+    inputs = ctx.inputs
+    if any(t._version != v for t, v in zip(inputs, ctx.versions)):
+        raise RuntimeError(
+            f"{fn.name}: an input changed in place since the call; a second derivative needs the old value"
+        )
+    results = second[0].apply(*inputs, *grads)  # grads are materialized (no None)
+    results = results if n_args > 1 else (results,)
+    return tuple(r if need else None for r, need in zip(results, ctx.needs_input_grad[1:]))
+
+
+def _jvp(op_name: str, second: tuple | None) -> Callable:
+    def jvp(ctx: Any, jac_tangent: Any, *tangents: Any) -> Any:
+        """Forward mode: the jvp kernel (``second_order``)."""
+        if second is None:
+            raise RuntimeError(f"{BOUND[op_name].name}: forward-mode AD needs PyTorch 2.4 or later")
+        return forward_tangents(second[1], ctx.inputs, tangents)
+
+    return jvp
 
 
 def _jacobian_grad(column: torch.Tensor, grad: torch.Tensor | None, shape: torch.Size) -> torch.Tensor:
@@ -104,16 +137,3 @@ def _jacobian_grad(column: torch.Tensor, grad: torch.Tensor | None, shape: torch
         return column.new_zeros(shape)
     term = grad * column
     return term if term.shape == shape else term.sum_to_size(shape)
-
-
-class _FirstOrder(torch.autograd.Function):
-    """Passes a gradient through and refuses to be differentiated (the vjp kernels are first order)."""
-
-    @staticmethod
-    def forward(ctx: Any, fn: Any, result: torch.Tensor, *anchors: Any) -> torch.Tensor:
-        ctx.fn = fn
-        return result.view_as(result)
-
-    @staticmethod
-    def backward(ctx: Any, *grads: Any) -> tuple:
-        raise ctx.fn.double_backward_error()

@@ -17,47 +17,60 @@ import torch
 
 from symgrad.interop.torch.arguments import batch, from_numpy, grad_tensor, to_numpy
 from symgrad.interop.torch.registry import BOUND, OPS
+from symgrad.interop.torch.second_order import forward_tangents, function_class, second_order_functions
 from symgrad.interop.torch.vmap import vmap_rule
 
 
 def make_custom_ops(
     op_name: str, title: str, arg_names: tuple, arg_shapes: tuple, out_shapes: tuple
 ) -> tuple:
-    """(forward op, vjp op, autograd.Function for torch.func transforms), defined once per process;
-    ``title`` (``CompiledFunction.title``) names the Functions: ``<title>SymgradFunc``, ``<title>SymgradVjp``.
+    """(forward op, vjp op, autograd.Function for torch.func transforms, its vjp and jvp Functions
+    (``second_order``)), defined once per process; ``title`` (``CompiledFunction.title``) names the
+    Functions: ``<title>SymgradFunc``, ``<title>SymgradVjp``, ``<title>SymgradJvp``, ``<title>SymgradHvp``.
     """
     qualified = f"symgrad::{op_name}"
     if qualified in OPS:  # a second load of the same package (same hash): same kernels
         return OPS[qualified]
-    n_args = len(arg_names)
-    op, vjp_op = _define_ops(qualified, op_name, arg_names, len(out_shapes))
+    n_args, n_out = len(arg_names), len(out_shapes)
+    op, vjp_op, jvp_op, hvp_op = _define_ops(qualified, op_name, arg_names, n_out)
     forward_fake = _forward_fake(arg_shapes, out_shapes)
     op.register_fake(forward_fake)
     vjp_op.register_fake(_vjp_fake(n_args))
-    cotangents = _cotangents(forward_fake, len(out_shapes))
+    jvp_op.register_fake(_forward_fake(arg_shapes + arg_shapes, out_shapes))
+    hvp_op.register_fake(_vjp_fake(n_args))
+    cotangents = _cotangents(forward_fake, n_out)
 
-    def refuse_double_backward(ctx: Any, *grads: Any) -> tuple:
-        raise BOUND[op_name].double_backward_error()
-
+    vmaps = (
+        vmap_rule(arg_shapes, n_out, grads=False),
+        vmap_rule(arg_shapes + out_shapes, n_args, grads=True),
+        vmap_rule(arg_shapes + arg_shapes, n_out, grads=False),
+        vmap_rule(arg_shapes + out_shapes + arg_shapes, n_args, grads=True),
+    )
+    for custom_op, rule in zip((op, vjp_op, jvp_op, hvp_op), vmaps):
+        torch.library.register_vmap(custom_op, _vmap_method(custom_op, rule))
+    vjp_function, jvp_function, backwards = second_order_functions(
+        op_name, title, n_args, (vjp_op, jvp_op, hvp_op), vmaps[1:]
+    )
     op.register_autograd(
         _backward(vjp_op, cotangents, n_args, skip_unneeded=True), setup_context=_save_inputs
     )
-    vjp_op.register_autograd(refuse_double_backward, setup_context=_save_nothing)
-
-    fwd_vmap = vmap_rule(arg_shapes, out_shapes, grads=False)
-    vjp_vmap = vmap_rule(arg_shapes, out_shapes, grads=True)
-    torch.library.register_vmap(op, lambda info, in_dims, *ts: fwd_vmap(op, info, in_dims, ts))
-    torch.library.register_vmap(vjp_op, lambda info, in_dims, *ts: vjp_vmap(vjp_op, info, in_dims, ts))
+    for custom_op, backward in zip((vjp_op, jvp_op, hvp_op), backwards):
+        custom_op.register_autograd(backward, setup_context=_save_inputs)
 
     # torch.func transforms: PyTorch's autograd for custom ops refuses torch.func.grad, so under a transform
-    # the call goes through new-style autograd.Functions (setup_context, vmap) wrapping the same two ops.
-    vjp_function = functorch_function(
-        f"{title}SymgradVjp", vjp_op, refuse_double_backward, vjp_vmap, save=False
-    )
+    # the call goes through new-style autograd.Functions (setup_context, jvp, vmap) wrapping the same ops.
     backward = _backward(vjp_function.apply, cotangents, n_args, skip_unneeded=False)
-    function = functorch_function(f"{title}SymgradFunc", op, backward, fwd_vmap, save=True)
-    OPS[qualified] = (op, vjp_op, function)
+
+    def forward_jvp(ctx: Any, *tangents: Any) -> Any:
+        return forward_tangents(jvp_function, ctx.saved_tensors, tangents)
+
+    function = function_class(f"{title}SymgradFunc", op, backward, vmaps[0], forward_jvp, save=True)
+    OPS[qualified] = (op, vjp_op, function, vjp_function, jvp_function)
     return OPS[qualified]
+
+
+def _vmap_method(custom_op: Any, rule: Callable) -> Callable:
+    return lambda info, in_dims, *ts: rule(custom_op, info, in_dims, ts)
 
 
 def schema_names(names: tuple[str, ...]) -> list[str]:
@@ -84,34 +97,62 @@ def _returns(n: int) -> str:
 
 
 def _define_ops(qualified: str, op_name: str, arg_names: tuple, n_out: int) -> tuple:
-    """The forward and vjp custom ops, running the kernels of ``BOUND[op_name]`` on the tensors' memory."""
+    """The forward, vjp, jvp and hvp custom ops, running the kernels of ``BOUND[op_name]`` on the tensors'
+    memory (a nondiff argument's gradient is zero: a schema returns one tensor per argument)."""
     n_args = len(arg_names)
     names = schema_names(arg_names)
-    cot_names = schema_names(tuple(names) + tuple(f"grad{k}" for k in range(n_out)))[n_args:]
-    fwd_schema = f"({', '.join(f'Tensor {n}' for n in names)}) -> {_returns(n_out)}"
-    vjp_schema = f"({', '.join(f'Tensor {n}' for n in names + cot_names)}) -> {_returns(n_args)}"
+    extra = schema_names(
+        tuple(names) + tuple(f"grad{k}" for k in range(n_out)) + tuple(f"tangent_{n}" for n in names)
+    )[n_args:]
+    cot_names, tan_names = extra[:n_out], extra[n_out:]
+    outs, grads = _returns(n_out), _returns(n_args)
+
+    def schema(params: list, returns: str) -> str:
+        return f"({', '.join(f'Tensor {n}' for n in params)}) -> {returns}"
 
     def forward_impl(*tensors: torch.Tensor) -> Any:
-        outs = BOUND[op_name].forward(*(to_numpy(t) for t in tensors))
-        results = tuple(from_numpy(o) for o in outs)
-        return results if n_out > 1 else results[0]
+        return _results(BOUND[op_name].forward(*(to_numpy(t) for t in tensors)), None)
 
     def vjp_impl(*tensors: torch.Tensor) -> Any:
-        inputs = tensors[:n_args]
-        grads = BOUND[op_name].vjp(*(to_numpy(t) for t in tensors))
-        # a nondiff argument's gradient is zero: the op's schema returns one tensor per argument
-        results = tuple(
-            torch.zeros_like(t) if g is None else grad_tensor(g, t) for g, t in zip(grads, inputs)
-        )
-        return results if n_args > 1 else results[0]
+        return _results(BOUND[op_name].vjp(*(to_numpy(t) for t in tensors)), tensors[:n_args])
 
-    op = torch.library.custom_op(
-        qualified, forward_impl, mutates_args=(), device_types="cpu", schema=fwd_schema
-    )
-    vjp_op = torch.library.custom_op(
-        f"{qualified}_vjp", vjp_impl, mutates_args=(), device_types="cpu", schema=vjp_schema
-    )
-    return op, vjp_op
+    def jvp_impl(*tensors: torch.Tensor) -> Any:
+        fn = BOUND[op_name]
+        arrays = [to_numpy(t) for t in tensors]
+        tangents = tuple(a if d else None for a, d in zip(arrays[n_args:], fn.arg_diff))
+        out_tangents = fn.jvp(tuple(arrays[:n_args]), tangents)[1]
+        return _results(out_tangents if fn.returns_tuple else (out_tangents,), None)
+
+    def hvp_impl(*tensors: torch.Tensor) -> Any:
+        fn = BOUND[op_name]
+        arrays = [to_numpy(t) for t in tensors]
+        tangents = tuple(a if d else None for a, d in zip(arrays[n_args + n_out :], fn.arg_diff))
+        hvps = fn.hvp(tuple(arrays[:n_args]), tangents, tuple(arrays[n_args : n_args + n_out]))
+        return _results(hvps, tensors[:n_args])
+
+    ops = []
+    for suffix, impl, params, returns in (
+        ("", forward_impl, names, outs),
+        ("_vjp", vjp_impl, names + cot_names, grads),
+        ("_jvp", jvp_impl, names + tan_names, outs),
+        ("_hvp", hvp_impl, names + cot_names + tan_names, grads),
+    ):
+        ops.append(
+            torch.library.custom_op(
+                qualified + suffix, impl, mutates_args=(), device_types="cpu", schema=schema(params, returns)
+            )
+        )
+    return tuple(ops)
+
+
+def _results(arrays: Any, like: tuple | None) -> Any:
+    """Kernel results as tensors: outputs (``like`` None), or gradients shaped like the tensors ``like``
+    (zeros for a nondiff argument's None); one tensor alone, several as a tuple."""
+    if like is None:
+        results = tuple(from_numpy(a) for a in arrays)
+    else:
+        results = tuple(torch.zeros_like(t) if g is None else grad_tensor(g, t) for g, t in zip(arrays, like))
+    return results if len(results) > 1 else results[0]
 
 
 def _forward_fake(arg_shapes: tuple, out_shapes: tuple) -> Callable:
@@ -170,34 +211,3 @@ def _backward(vjp: Callable, cotangents: Callable, n_args: int, skip_unneeded: b
 
 def _save_inputs(ctx: Any, inputs: tuple, output: Any) -> None:
     ctx.save_for_backward(*inputs)  # the vjp needs the inputs only, never the outputs
-
-
-def _save_nothing(ctx: Any, inputs: tuple, output: Any) -> None:
-    pass
-
-
-def functorch_function(name: str, call: Any, backward: Any, vmap: Callable, save: bool) -> type:
-    """A new-style autograd.Function around a custom op, usable under torch.func transforms."""
-
-    def forward(*tensors: torch.Tensor) -> Any:
-        return call(*tensors)
-
-    def setup_context(ctx: Any, inputs: tuple, output: Any) -> None:
-        if save:
-            ctx.save_for_backward(*inputs)
-
-    def vmap_method(info: Any, in_dims: tuple, *tensors: torch.Tensor) -> tuple:
-        return vmap(cls.apply, info, in_dims, tensors)
-
-    cls = type(
-        name,
-        (torch.autograd.Function,),
-        {
-            "forward": staticmethod(forward),
-            "setup_context": staticmethod(setup_context),
-            "backward": staticmethod(backward),
-            "vmap": staticmethod(vmap_method),
-            "__module__": __package__,
-        },
-    )
-    return cls

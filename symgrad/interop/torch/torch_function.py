@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+import torch.autograd.forward_ad as forward_ad
 
 from symgrad.compiled.arguments import broadcast_shape
 from symgrad.interop.torch.arguments import FLOATS, PLAIN, prepare
@@ -47,12 +48,14 @@ class TorchFunction:
         self._scalar_args = all(s == () for s in fn.arg_shapes)
         self._jac_ok = fn.jacobian_saving
         self.op = self.vjp_op = self.function = self.func_function = None
-        if implementation in ("auto", "custom_op"):
-            self.op, self.vjp_op, self.func_function = make_custom_ops(
-                op_name, fn.title, fn.arg_names, fn.arg_shapes, fn.out_shapes
-            )
+        second = None  # the differentiable vjp and the jvp (``second_order``): custom ops, PyTorch 2.4+
+        if hasattr(torch.library, "custom_op"):
+            ops = make_custom_ops(op_name, fn.title, fn.arg_names, fn.arg_shapes, fn.out_shapes)
+            second = ops[3:]
+            if implementation in ("auto", "custom_op"):
+                self.op, self.vjp_op, self.func_function = ops[:3]
         if implementation in ("auto", "function"):
-            self.function = make_autograd_function(op_name, fn.title, n_args, n_out)
+            self.function = make_autograd_function(op_name, fn.title, n_args, n_out, second)
             self._eager_apply = raw_apply(self.function)
         if implementation == "function":
             # Dynamo cannot trace into the cffi call: under torch.compile the call is one clean graph break
@@ -104,7 +107,7 @@ class TorchFunction:
                 out = self._apply(self._use_jacobian(tensors), *tensors)
         elif _is_compiling():
             out = self.op(*tensors)
-        elif _functorch_active():
+        elif _functorch_active() or forward_ad._current_level >= 0:  # a transform, or forward-mode AD
             out = self.func_function.apply(*tensors)
         elif self.implementation == "auto" and plain_eager(tensors):
             out = self._eager_apply(self._use_jacobian(tensors), *tensors)

@@ -9,22 +9,22 @@ from __future__ import annotations
 from typing import Any
 
 
-def vmap_rule(arg_shapes: tuple, out_shapes: tuple, grads: bool) -> Any:
-    """The vmap rule of the forward (``grads=False``) or the vjp op, given the callable to run batched:
-    ``rule(call, info, in_dims, tensors) -> (outputs, out_dims)``. For the vjp every argument gets the
-    vmapped axis (a stride-0 expand when unbatched), so that per-example gradients are not summed over it."""
-    n_args, n_out = len(arg_shapes), len(out_shapes)
-    shapes = tuple(arg_shapes) + (tuple(out_shapes) if grads else ())
+def vmap_rule(in_shapes: tuple, n_results: int, grads: bool) -> Any:
+    """The vmap rule of an op whose inputs have per-element shapes ``in_shapes`` and which returns
+    ``n_results`` tensors, given the callable to run batched: ``rule(call, info, in_dims, tensors) ->
+    (outputs, out_dims)``. ``grads``: the results are gradients shaped like the first ``n_results`` inputs
+    (the vjp and hvp ops), so every argument gets the vmapped axis (a stride-0 expand when unbatched) and
+    per-example gradients are not summed over it; otherwise the results broadcast like outputs."""
 
     def rule(call: Any, info: Any, in_dims: tuple, tensors: tuple) -> tuple:
         size = info.batch_size
-        out = call(*align_batched(size, in_dims, tensors, shapes, expand_all=grads))
+        out = call(*align_batched(size, in_dims, tensors, in_shapes, expand_all=grads))
         if not grads:
-            return out, ((0,) * n_out if n_out > 1 else 0)
-        out = out if n_args > 1 else (out,)
+            return out, ((0,) * n_results if n_results > 1 else 0)
+        out = out if n_results > 1 else (out,)
         logical = [t.shape if d is None else t.movedim(d, 0).shape[1:] for t, d in zip(tensors, in_dims)]
-        results = tuple(g.reshape(size, *shape) for g, shape in zip(out, logical[:n_args]))
-        return (results, (0,) * n_args) if n_args > 1 else (results[0], 0)
+        results = tuple(g.reshape(size, *shape) for g, shape in zip(out, logical[:n_results]))
+        return (results, (0,) * n_results) if n_results > 1 else (results[0], 0)
 
     return rule
 
