@@ -1,7 +1,9 @@
 """Manifest target: ``derivatives.yaml`` in the spirit of PyTorch's tools/autograd/derivatives.yaml.
 
-One entry per function: its signature, its forward formula, and for each argument the vjp formula
-(``grad`` is the incoming gradient). Entries whose closed form is too large say so and point at the program.
+One entry per function: its signature, its forward formula (per element of a vector output), for each argument
+the vjp formula (``grad`` is the incoming gradient; a list, one per element, for a vector argument) and, for a
+small function of a few scalar inputs with a Hessian program, ``second_derivatives`` (the Hessian's upper
+triangle, ``d2out/dx dy``). Entries whose closed form is too large say so and point at the program.
 """
 
 from __future__ import annotations
@@ -35,8 +37,11 @@ class YamlEmitter:
             lines.append(f"  {out_name}: {_quote(text)}")
         ops = dict(kernel.op_counts)
         for arg, text in kernel.derivatives:
-            shown = text or f"derived program of {ops['vjp']} ops (see `symgrad show`)"
+            shown = text or f"derived program of {ops['vjp']} ops (see `symgrad show --program vjp`)"
             lines.append(f"  {arg}: {_quote(shown)}")
+        if kernel.second_derivatives:
+            lines.append("  second_derivatives:")
+            lines += [f"    {_quote(label)}: {_quote(text)}" for label, text in kernel.second_derivatives]
         lines.append(
             f"  ops: {{forward: {ops['forward']}, vjp: {ops['vjp']}, value_and_vjp: {ops['value_and_vjp']}}}"
         )

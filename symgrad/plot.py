@@ -8,7 +8,7 @@ the traced function switches branch are marked (kinks, or branch switches of a s
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -112,21 +112,27 @@ def _curves(compiled, wrt: str, at: dict, x: np.ndarray, output: int) -> tuple[n
 def plot(
     fn,
     range: tuple[float, float] = (-3.0, 3.0),  # noqa: A002  (the CLI's --range)
-    wrt: str | None = None,
+    wrt: str | Sequence[str] | None = None,
     at: Mapping[str, float] | None = None,
     output: int = 0,
-    points: int = 801,
+    points: int | None = None,
     path: str | Path | None = None,
+    range2: tuple[float, float] | None = None,
 ):
     """A matplotlib Figure of ``fn``'s output ``output`` and its derivative along argument ``wrt`` (the
-    first one) over ``range``, the other arguments fixed at ``at`` (default 1.0); finite differences as
-    points, NaN/inf regions shaded, branch switches as dotted lines; ``path``: saved there (.png, .svg)."""
+    first one) over ``range`` (``points``: 801), the other arguments fixed at ``at`` (default 1.0);
+    finite differences as points, NaN/inf regions shaded, branch switches as dotted lines; ``path``: saved
+    there (.png, .svg). Two arguments in ``wrt`` (the default for a function of two, with no ``at``): heat
+    maps of the value and of the gradient norm over ``range`` x ``range2`` (default: ``range``; ``points``:
+    201 per axis), see ``symgrad.heatmap``."""
     compiled = fn.compiled() if hasattr(fn, "compiled") else fn
+    if wrt is None and not at and len(compiled.arg_names) == 2:
+        wrt = compiled.arg_names
+    if wrt is not None and not isinstance(wrt, str):
+        return heatmap(fn, tuple(wrt), range, range2 or range, at, output, points or 201, path)
     wrt, at = _arguments(compiled, wrt, at)
-    lo, hi = map(float, range)
-    if not lo < hi:
-        raise ModelError(f"plot range: expected A < B, got {lo:g} {hi:g}")
-    x = np.linspace(lo, hi, points)
+    lo, hi = _span(range)
+    x = np.linspace(lo, hi, points or 801)
     value, deriv = _curves(compiled, wrt, at, x, output)
     switches = kinks(fn, wrt, at, lo, hi, output) if hasattr(fn, "trace") else []
     xs, fd = _finite_differences(compiled, wrt, at, (lo, hi), output, switches)
@@ -146,6 +152,13 @@ def plot(
     if path is not None:
         fig.savefig(path)
     return fig
+
+
+def _span(span: tuple[float, float]) -> tuple[float, float]:
+    lo, hi = map(float, span)
+    if not lo < hi:
+        raise ModelError(f"plot range: expected A < B, got {lo:g} {hi:g}")
+    return lo, hi
 
 
 def _finite_differences(compiled, wrt: str, at: dict, span: tuple, output: int, switches: list) -> tuple:
@@ -175,3 +188,101 @@ def _mark(ax, x: np.ndarray, bad: np.ndarray, switches: list[float]) -> None:
         ax.axvspan(a, b, color="0.6", alpha=0.3, label="NaN or inf" if k == 0 else None)
     for k, s in enumerate(switches):
         ax.axvline(s, color="0.3", ls=":", lw=1, label="branch switch" if k == 0 else None)
+
+
+# -- heat maps: functions of two arguments ------------------------------------------------------------------
+def _grid_arguments(compiled, wrt: tuple, at: Mapping[str, float] | None) -> dict[str, float]:
+    """The fixed arguments of a heat map along the two arguments ``wrt`` (checked)."""
+    if len(wrt) != 2 or wrt[0] == wrt[1]:
+        raise ModelError(f"{compiled.name}: a heat map takes two different arguments in wrt; got {wrt}")
+    if wrt[1] in (at or {}):
+        raise ModelError(f"{compiled.name}: {wrt[1]} is drawn along y; it takes no --at value")
+    _, fixed = _arguments(compiled, wrt[0], {n: v for n, v in (at or {}).items()})
+    if wrt[1] not in fixed:
+        raise ModelError(
+            f"{compiled.name}: no argument {wrt[1]!r}; arguments: {', '.join(compiled.arg_names)}"
+        )
+    for name in wrt:
+        if not compiled.arg_diff[compiled.arg_names.index(name)]:
+            raise ModelError(f"{compiled.name}: {name} is nondiff; a heat map draws the gradient along it")
+    del fixed[wrt[1]]
+    return fixed
+
+
+def surfaces(compiled, wrt: tuple, at: dict, x: np.ndarray, y: np.ndarray, output: int = 0) -> tuple:
+    """(value, gradient norm along the two ``wrt`` arguments) of output ``output`` on the grid ``x`` by
+    ``y``, each of shape ``(len(y), len(x))``."""
+    grid = dict(zip(wrt, np.meshgrid(x, y)))
+    args = [grid[n] if n in grid else np.full(grid[wrt[0]].shape, at[n]) for n in compiled.arg_names]
+    cots = [np.full_like(args[0], float(k == output)) for k in range(compiled.n_outputs)]
+    with np.errstate(all="ignore"):
+        outs, grads = compiled.value_and_vjp(*args, *cots)
+        gx, gy = (grads[compiled.arg_names.index(n)] for n in wrt)
+        return (outs[output] if compiled.returns_tuple else outs), np.hypot(gx, gy)
+
+
+def _switch_contours(ax, fn, wrt: tuple, at: dict, x: np.ndarray, y: np.ndarray, output: int) -> int:
+    """Draw where ``fn`` switches branch as dotted zero contours; how many were drawn."""
+    spec = fn.trace()
+    symbol = {a.name: a.symbols[0] for a in spec.args}
+    plane = {symbol[n] for n in wrt}
+    drawn = 0
+    for g in _switch_expressions(spec.outputs[output].exprs):
+        g = g.xreplace({symbol[n]: v for n, v in at.items()})
+        if not g.free_symbols or not g.free_symbols <= plane:
+            continue
+        f = sympy.lambdify([symbol[n] for n in wrt], g, modules="numpy")
+        with np.errstate(all="ignore"):
+            v = np.broadcast_to(np.asarray(f(*np.meshgrid(x, y)), dtype=float), (len(y), len(x)))
+        if np.nanmin(v) < 0 < np.nanmax(v):
+            ax.contour(x, y, v, levels=[0], colors="white", linestyles=":", linewidths=1.5)
+            drawn += 1
+    return drawn
+
+
+def _color_limits(data: np.ndarray) -> tuple[float, float]:
+    """Colour limits that show the surface, not its poles: its finite values but the top and bottom 0.5%."""
+    finite = data[np.isfinite(data)]
+    if finite.size == 0:
+        return -1.0, 1.0
+    lo, hi = np.percentile(finite, [0.5, 99.5])
+    return (float(lo), float(hi)) if lo < hi else (float(lo) - 1.0, float(hi) + 1.0)
+
+
+def heatmap(fn, wrt: tuple, range, range2, at, output: int, points: int, path):  # noqa: A002
+    """Heat maps of the value and the gradient norm of ``fn`` over ``range`` (along ``wrt[0]``) by
+    ``range2`` (along ``wrt[1]``), side by side; NaN/inf grey, branch switches dotted (``plot``)."""
+    from matplotlib import colormaps
+
+    compiled = fn.compiled() if hasattr(fn, "compiled") else fn
+    at = _grid_arguments(compiled, wrt, at)
+    (lo, hi), (lo2, hi2) = _span(range), _span(range2)
+    x, y = np.linspace(lo, hi, points), np.linspace(lo2, hi2, points)
+    value, norm = surfaces(compiled, wrt, at, x, y, output)
+    fig = _figure()
+    fig.set_size_inches(11, 4.5)
+    held = ", ".join(f"{n}={v:g}" for n, v in at.items())
+    out = f"[{output}]" if compiled.n_outputs > 1 else ""
+    titles = (f"{compiled.name}{out}", f"|gradient along {wrt[0]}, {wrt[1]}|")
+    switches = 0
+    for ax, data, title, cmap in zip(fig.subplots(1, 2), (value, norm), titles, ("viridis", "magma")):
+        image = ax.imshow(
+            np.ma.masked_invalid(data),
+            origin="lower",
+            extent=(lo, hi, lo2, hi2),
+            aspect="auto",
+            interpolation="nearest",
+            cmap=colormaps[cmap].with_extremes(bad="0.6"),
+        )
+        image.set_clim(*_color_limits(data))
+        fig.colorbar(image, ax=ax)
+        ax.set(xlabel=wrt[0], ylabel=wrt[1], title=title)
+        if hasattr(fn, "trace"):
+            switches = _switch_contours(ax, fn, wrt, at, x, y, output)
+    notes = [held] if held else []
+    notes += ["grey: NaN or inf"] if not (np.isfinite(value).all() and np.isfinite(norm).all()) else []
+    notes += ["dotted: branch switches"] if switches else []
+    fig.suptitle(f"{compiled.name} [{compiled.origin}]" + (f"  ({'; '.join(notes)})" if notes else ""))
+    if path is not None:
+        fig.savefig(path)
+    return fig

@@ -15,7 +15,8 @@ libm functions the file uses get ``declare simd`` prototypes so gcc can call gli
 switched on by the build (``symgrad.backends.c.cffi_build``) only when a test compile showed they work.
 
 The modules: ``text`` (dtypes, libm names, helper templates, macros), ``printer`` (expressions),
-``loops`` (row cost, two-row and parallel thresholds), ``module`` (statements, names, functions, the file).
+``loops`` (row cost, two-row and parallel thresholds), ``strides`` (row widths hidden from gcc so that it
+vectorizes rows of vectors and matrices), ``module`` (statements, names, functions, the file).
 """
 
 from __future__ import annotations

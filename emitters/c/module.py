@@ -7,7 +7,8 @@ program for rows ``i`` in ``[0, n)`` (a uniform input is one ``T`` passed by val
 slot is one array of ``n`` values (``x[i]``); a per-element vector or matrix slot is ``n`` contiguous rows
 (``p[i*3 + k]``). Each is a ``static`` loop over rows ``sg_lo..sg_hi-1`` (``SG_SIMD``), run by ``SG_ROWS``
 on one thread or, from a row count on (``loops``), on all OpenMP threads; a latency-bound body does two rows
-per iteration. Identifiers that could be a C macro or a called function are renamed. Each kernel's
+per iteration; rows of a width gcc does not vectorize as a group are read through a variable holding the
+width (``strides``). Identifiers that could be a C macro or a called function are renamed. Each kernel's
 functions form one section of the file, opened by ``abi.SECTION_MARK`` (its banner); a section refers to
 nothing in another, so the build may compile sections as separate translation units.
 """
@@ -25,6 +26,7 @@ from symgrad.compiler.ir import Kernel, Program, Slot
 from .. import ModelInfo, one_line
 from .loops import _parallel_min_rows, _two_rows
 from .printer import SymgradCPrinter
+from .strides import STRIDE_MACROS, hidden_widths, stride_lines
 from .text import DTYPES, HELPERS, LIBMVEC_TIER, LOOP_MACROS, DType, c_safe, helper, vector_math_declarations
 
 
@@ -58,44 +60,48 @@ class _Names:
             self.renamed[name] = new
         return self.renamed[name]
 
+    def fresh(self, name: str) -> str:
+        """A new identifier: ``name``, with ``_`` appended until it is taken by nothing else."""
+        while name in self.taken:
+            name += "_"
+        self.taken.add(name)
+        return name
+
     def lane(self, name: str) -> str:
         """The second row's copy of the (C-safe) local ``name``: ``t3`` -> ``t3_b``."""
         if name not in self.second:
-            new = name + "_b"
-            while new in self.taken:
-                new += "_"
-            self.taken.add(new)
-            self.second[name] = new
+            self.second[name] = self.fresh(name + "_b")
         return self.second[name]
 
 
-def _index(slot: Slot, k: int, row: str) -> str:
-    return row if slot.size == 1 else f"{row}*{slot.size} + {k}"
-
-
 def _statements(
-    program: Program, dtype: DType, p: SymgradCPrinter, cname: _Names, row: str, local: Callable[[str], str]
+    program: Program,
+    dtype: DType,
+    p: SymgradCPrinter,
+    cname: _Names,
+    row: str,
+    local: Callable[[str], str],
+    access: Callable[[Slot, int, str], str],
 ) -> list[tuple[str, bool]]:
-    """The loop body for row ``row`` (``i`` or ``j``), locals named by ``local`` (comments only on ``i``):
-    (statement, whether it loads or stores an array element)."""
+    """The loop body for row ``row`` (``i`` or ``j``), locals named by ``local`` (comments only on ``i``),
+    component ``k`` of a slot at ``access(slot, k, row)``: (statement, whether it loads or stores an array
+    element)."""
     names: dict[sympy.Symbol, str] = {}
     used = set().union(*(a.expr.free_symbols for a in program.body)) if program.body else set()
     lines = []
     for slot in program.inputs:
-        array = cname(slot.name)
         for k, sym in enumerate(slot.symbols):
             if slot.uniform:
-                names[sym] = array  # a number passed by value
+                names[sym] = cname(slot.name)  # a number passed by value
             elif not slot.shape:
-                names[sym] = f"{array}[{row}]"
+                names[sym] = access(slot, k, row)
             elif sym in used:
                 names[sym] = local(cname(sym.name))
-                lines.append((f"const {dtype.ctype} {names[sym]} = {array}[{_index(slot, k, row)}];", True))
+                lines.append((f"const {dtype.ctype} {names[sym]} = {access(slot, k, row)};", True))
     stores = {}
     for slot in program.outputs:
-        array = cname(slot.name)
         for k, sym in enumerate(slot.symbols):
-            stores[sym] = names[sym] = f"{array}[{_index(slot, k, row)}]"
+            stores[sym] = names[sym] = access(slot, k, row)
     p.names = names
     for a in program.body:
         note = f"  /* {_comment(a.note)} */" if a.note and row == "i" else ""
@@ -145,10 +151,18 @@ class CEmitter:
     ) -> str:
         cname = _Names(program)
         p = printer or SymgradCPrinter(dtype)
-        first = _statements(program, dtype, p, cname, "i", lambda name: name)
+        slots = (*program.inputs, *program.outputs)
+        widths = {w: cname.fresh(f"sg_width{w}") for w in sorted(hidden_widths(program))}
+
+        def access(slot: Slot, k: int, row: str) -> str:
+            if slot.size == 1:
+                return f"{cname(slot.name)}[{row}]"
+            return f"{cname(slot.name)}[{row}*{widths.get(slot.size, slot.size)} + {k}]"
+
+        first = _statements(program, dtype, p, cname, "i", lambda name: name, access)
         two = _two_rows(program, dtype)
         if two:
-            second = _statements(program, dtype, p, cname, "j", cname.lane)
+            second = _statements(program, dtype, p, cname, "j", cname.lane, access)
             lines = ["const int64_t j = i + sg_skip;", *_interleave(first, second)]
         else:
             lines = [line for line, _ in first]
@@ -160,18 +174,19 @@ class CEmitter:
         ]
         params += [f"{dtype.ctype} *restrict {cname(s.name)}" for s in program.outputs]
         name = function_name(kernel, program, dtype)
-        slots = (*program.inputs, *program.outputs)
         args = ", ".join(cname(s.name) for s in slots)
         # the pointer-array entry: every argument as p[k], a uniform input as a pointer to its value
         unpacked = ", ".join(
             f"*(const {dtype.ctype} *)p[{k}]" if s.uniform else f"p[{k}]" for k, s in enumerate(slots)
         )
         body = "\n".join(f"        {line}" for line in lines)
+        head = "".join(f"    {line}\n" for line in stride_lines(widths))
+        loop = f"{head}{_TWO_ROWS_LOOP if two else _ONE_ROW_LOOP}{body}\n    }}\n"
         title = f"{program.name} of {_comment(kernel.name)} [{_comment(kernel.origin)}], {dtype.ctype}"
         rows = prototype("sg_rows_" + name, params, "static SG_NOINLINE void", "int64_t sg_lo, int64_t sg_hi")
         return (
             f"/* {title}: rows sg_lo to sg_hi - 1 */\n"
-            f"{rows}\n{{\n{_TWO_ROWS_LOOP if two else _ONE_ROW_LOOP}{body}\n    }}\n}}\n\n"
+            f"{rows}\n{{\n{loop}}}\n\n"
             f"/* {title} */\n"
             f"{prototype(name, params)}\n{{\n"
             f"    SG_ROWS({_parallel_min_rows(program, dtype)}, sg_rows_{name}, {args});\n}}\n\n"
@@ -224,6 +239,8 @@ class CEmitter:
             "",
             LOOP_MACROS,
         ]
+        if any(hidden_widths(p) for k in kernels for p in k.programs):
+            head += ["", STRIDE_MACROS]
         if used & set(LIBMVEC_TIER):
             head += ["", vector_math_declarations(used)]
         for name in HELPERS:

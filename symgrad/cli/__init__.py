@@ -10,12 +10,9 @@ import argparse
 import importlib
 import os
 import re
-import signal
 import sys
 import time
 import traceback
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 from symgrad.cli.arguments import FORMATS as FORMATS
@@ -31,45 +28,36 @@ def _say(text: str, end: str = "\n", file=None) -> None:
     print(printable(text), end=end, file=file, flush=file is sys.stderr)
 
 
-@contextmanager
-def _time_limit(seconds: float | None, what: str) -> Iterator[None]:
-    if not seconds:
-        yield
-        return
-
-    def expire(signum, frame):
-        raise ModelError(f"{what}: gave up after {seconds:g} s (--timeout); does the model loop forever?")
-
-    old = signal.signal(signal.SIGALRM, expire)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, old)
-
-
 def cmd_compile(args: argparse.Namespace) -> int:
-    from symgrad.build.compile import compile_model
+    from symgrad.build.child import compile_model_bounded
+    from symgrad.build.compile import compile_model, package_dir, up_to_date
+    from symgrad.build.package import Package
+    from symgrad.build.progress import FunctionLines
 
     start = time.perf_counter()
-
-    def progress(i: int, total: int, name: str) -> None:
-        _say(f"[{i + 1}/{total}] {name}", file=sys.stderr)
-
-    with _time_limit(args.timeout, args.model):
-        result = compile_model(args.model, args.output, force=args.force, progress=progress)
-    elapsed = time.perf_counter() - start
-    if not result.rebuilt:
-        _say(f"{result.path}: up to date")
+    model = Path(args.model)
+    dest = package_dir(model, args.output)
+    if args.timeout and (args.force or not up_to_date(model, dest)):  # a child, killed at the deadline
+        rebuilt = compile_model_bounded(
+            model, dest, timeout=args.timeout, force=args.force, progress=True, option="--timeout"
+        )
+    else:
+        lines = FunctionLines()
+        try:
+            rebuilt = compile_model(model, dest, force=args.force, progress=lines).rebuilt
+        finally:
+            lines.end()
+    if not rebuilt:
+        _say(f"{dest}: up to date")
         return 0
-    for k in result.kernels:
-        ops = dict(k.op_counts)
-        print(
-            f"  {k.name:<24} forward {ops['forward']:>5} ops   vjp {ops['vjp']:>5} ops   "
+    functions = Package(dest).manifest["functions"]
+    for entry in functions:
+        ops = entry["op_counts"]
+        _say(
+            f"  {entry['name']:<24} forward {ops['forward']:>5} ops   vjp {ops['vjp']:>5} ops   "
             f"fused {ops['value_and_vjp']:>5} ops"
         )
-    _say(f"wrote {result.path} ({len(result.kernels)} functions, {elapsed:.2f} s)")
+    _say(f"wrote {len(functions)} functions to {dest} ({time.perf_counter() - start:.2f} s)")
     return 0
 
 
@@ -170,9 +158,36 @@ def _show_source(fn, args: argparse.Namespace) -> str:
     return program_blocks(text, PROGRAMS[args.program])
 
 
+def _show_formulas(args: argparse.Namespace) -> int:
+    """``--format latex`` (and ``--order 2``): closed forms from the compiler, each function traced here."""
+    from symgrad.cli.formulas import display_formulas, latex_lines
+
+    errors = []
+    for fn in _selected(args.model, _model_functions(args.model), [args.function] if args.function else []):
+        try:
+            _say(f"% {fn.name}  [{fn.origin}]")
+            _say("\n".join(latex_lines(display_formulas(fn, args.order))), end="\n\n")
+        except SymgradError as exc:
+            errors.append(exc)
+    return _report(errors)
+
+
+def _second_derivatives(args: argparse.Namespace, name: str) -> None:
+    """``--order 2`` with ``--format formula``: the Hessian's upper triangle of function ``name``."""
+    from symgrad.cli.formulas import display_formulas, second_lines
+
+    (fn,) = _selected(args.model, _model_functions(args.model), [name])
+    for line in second_lines(display_formulas(fn, 2)):
+        _say(line)
+
+
 def cmd_show(args: argparse.Namespace) -> int:
+    if args.order == 2 and args.format not in ("formula", "latex"):
+        raise ModelError("--order 2 shows second derivatives as formulas: use --format formula or latex")
     if args.format in ("ir", "dot"):
         return _show_ir(args)
+    if args.format == "latex":
+        return _show_formulas(args)
     functions, errors = _compiled_functions(args.model, [args.function] if args.function else [])
     for fn in functions:
         if args.format == "formula":
@@ -181,6 +196,8 @@ def cmd_show(args: argparse.Namespace) -> int:
                 _say(f"{out} = {text}")
             for arg, text in fn.derivatives.items():
                 _say(f"vjp {arg}: {text or '(see the generated program below)'}")
+            if args.order == 2:
+                _second_derivatives(args, fn.name)
             print(f"ops: {fn.op_counts}\n")
         _say(_show_source(fn, args), end="\n" if args.format == "yaml" else "\n\n")
     return _report(errors)
@@ -213,15 +230,19 @@ def cmd_check(args: argparse.Namespace) -> int:
     for fn in functions:
         mismatches = check_function(fn, n=args.points, rtol=args.rtol, against=against)
         what = "hand-written vjp" if against else "finite differences"
+        extremes = check_extremes(fn) if against is None else []
         if mismatches:
-            failed += 1
             _say(f"FAIL {fn.name}: {len(mismatches)} mismatches against {what}")
             for m in mismatches[:5]:
                 _say(f"  {m}")
+        if extremes:
+            _say(f"FAIL {fn.name}: {len(extremes)} NaN/inf at extreme magnitudes where mpmath's are finite")
+            for line in extremes_report(extremes):
+                _say(f"  {line}")
+        if mismatches or extremes:
+            failed += 1
         else:
             _say(f"ok   {fn.name}: every gradient matches {what}")
-        for line in extremes_report(check_extremes(fn)) if against is None else ():  # not (yet) a failure
-            _say(f"symgrad: warning: {line}", file=sys.stderr)
     return max(_report(errors), 1 if failed else 0)
 
 
@@ -258,7 +279,9 @@ def cmd_plot(args: argparse.Namespace) -> int:
         except ValueError:
             raise ModelError(f"--at {item!r}: expected NAME=VALUE, e.g. --at x=0.5") from None
     path = Path(args.o or f"{fn.name}.png")
-    plot(fn, tuple(args.range), wrt=args.wrt, at=at, output=args.output, path=path)
+    wrt = args.wrt.split(",") if args.wrt and "," in args.wrt else args.wrt
+    range2 = tuple(args.range2) if args.range2 else None
+    plot(fn, tuple(args.range), wrt=wrt, at=at, output=args.output, path=path, range2=range2)
     _say(f"wrote {path}")
     return 0
 

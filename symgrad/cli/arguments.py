@@ -7,7 +7,7 @@ import argparse
 
 from symgrad import __version__
 
-FORMATS = ("formula", "numpy", "c", "yaml", "ir", "dot")
+FORMATS = ("formula", "latex", "numpy", "c", "yaml", "ir", "dot")
 
 MODEL_HELP = "the model file (imported, so its code runs, as with `python MODEL`)"
 #: ``--program`` choices: the CLI's short names of the programs every function is compiled into
@@ -17,6 +17,8 @@ PROGRAMS = {
     "value_and_vjp": "value_and_vjp",
     "jvp": "jvp",
     "jacobian": "value_and_jacobian",
+    "hessian": "value_jacobian_hessian",
+    "hvp": "hvp",
 }
 
 
@@ -55,6 +57,7 @@ def _show_parser(sub) -> None:
         "show",
         "print derived formulas and generated source",
         "  symgrad show model.py softplus\n  symgrad show model.py blend --program vjp --format c\n"
+        "  symgrad show model.py blend --format latex --order 2\n"
         "  symgrad show model.py blend --format dot | dot -Tsvg > blend.svg",
     )
     s.add_argument("model", help=MODEL_HELP + "; e.g. model.py")
@@ -63,9 +66,17 @@ def _show_parser(sub) -> None:
         "--format",
         choices=FORMATS,
         default="formula",
-        help="formula: formulas, op counts and the NumPy source; numpy, c: generated source; yaml: the "
-        "derivatives manifest; ir: the kernel IR; dot: the program's dataflow graph (Graphviz) "
-        "(default: formula); e.g. --format c",
+        help="formula: formulas, op counts and the NumPy source; latex: the formulas as LaTeX; numpy, c: "
+        "generated source; yaml: the derivatives manifest; ir: the kernel IR; dot: the program's dataflow "
+        "graph (Graphviz) (default: formula); e.g. --format c",
+    )
+    s.add_argument(
+        "--order",
+        type=int,
+        choices=(1, 2),
+        default=1,
+        help="2: also the second derivatives, the Hessian's upper triangle d2out/dx dy, as formulas (with "
+        "--format formula or latex; small functions) (default: 1); e.g. --order 2",
     )
     s.add_argument(
         "--program",
@@ -117,9 +128,11 @@ def _plot_parser(sub) -> None:
     p = _subparser(
         sub,
         "plot",
-        "draw a function and its derivative over a range (needs matplotlib: pip install 'symgrad[plot]')",
+        "draw a function and its derivative over a range, or heat maps of the value and the gradient norm of "
+        "a function of two arguments (needs matplotlib: pip install 'symgrad[plot]')",
         "  symgrad plot model.py softplus\n"
-        "  symgrad plot model.py blend --wrt y --at x=0.5 --range -2 2 -o blend.svg",
+        "  symgrad plot model.py blend --wrt y --at x=0.5 --range -2 2 -o blend.svg\n"
+        "  symgrad plot model.py blend --wrt x,y --range -2 2 --range2 -1 1 -o blend_map.png",
     )
     p.add_argument("model", help=MODEL_HELP + "; e.g. model.py")
     p.add_argument("function", help="the function to draw; e.g. softplus")
@@ -131,7 +144,21 @@ def _plot_parser(sub) -> None:
         metavar=("A", "B"),
         help="the x range (default: -3 3); e.g. --range -10 10",
     )
-    p.add_argument("--wrt", default=None, help="the argument along x (default: the first); e.g. --wrt y")
+    p.add_argument(
+        "--range2",
+        nargs=2,
+        type=float,
+        default=None,
+        metavar=("C", "D"),
+        help="the y range of a heat map (default: --range); e.g. --range2 0 1",
+    )
+    p.add_argument(
+        "--wrt",
+        default=None,
+        help="the argument along x, or two, comma-separated, for heat maps of the value and the gradient "
+        "norm (default: the first; both for a function of two arguments and no --at); e.g. --wrt y or "
+        "--wrt x,y",
+    )
     p.add_argument(
         "--at",
         action="append",

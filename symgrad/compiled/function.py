@@ -15,6 +15,8 @@ import numpy as np
 
 from symgrad import abi, backends
 from symgrad.build.package import Package
+from symgrad.build.progress import notice
+from symgrad.compiled import display, higher
 from symgrad.compiled.arguments import (
     FLOAT64_MAX_INT,
     as_array,
@@ -32,7 +34,6 @@ from symgrad.compiled.arguments import (
     sum_to_shape,
     uniform_value,
 )
-from symgrad.compiled.higher import SecondOrder
 from symgrad.compiled.lazy import lazy_arrays
 from symgrad.errors import ArgumentError
 
@@ -79,9 +80,9 @@ def _same_shape_floats(values: Sequence) -> tuple[Sequence, np.dtype, tuple] | N
     return values, dtype, shape
 
 
-class CompiledFunction(SecondOrder):
-    """Forward, vjp and fused value_and_vjp of one function (second order: ``SecondOrder``); see
-    ``docs/contracts.md``."""
+class CompiledFunction(higher.SecondOrder, display.Notebook):
+    """Forward, vjp and fused value_and_vjp of one function (second order: ``SecondOrder``; in notebooks:
+    ``display``); see ``docs/contracts.md``."""
 
     def __init__(self, package: Package, entry: dict) -> None:
         #: the package it was loaded from (``symgrad.build.package.Package``)
@@ -149,7 +150,8 @@ class CompiledFunction(SecondOrder):
     def _kernel_set(self) -> tuple[str, Any]:
         name = backends.get_backend_name()
         if name not in self._loaded:
-            self._loaded[name] = backends.load_kernels(self.package, name)
+            with notice(f"{self.origin.rpartition(':')[0]}:{self.name} ({name} build)", self.package.quiet):
+                self._loaded[name] = backends.load_kernels(self.package, name)
         return self._loaded[name]
 
     def kernel(self, program: str, dtype: np.dtype) -> Any:

@@ -18,7 +18,6 @@ from itertools import product
 import sympy
 from sympy import Symbol
 
-from symgrad.compiler import dag
 from symgrad.compiler.display import formula
 from symgrad.compiler.local import hoist_by_output
 from symgrad.compiler.passes import (
@@ -33,11 +32,8 @@ from symgrad.compiler.passes import (
 )
 from symgrad.compiler.primitives import expand_shared_cores
 from symgrad.compiler.rewrite import stabilize
-from symgrad.compiler.rules import apply_subgradients, check_supported
+from symgrad.compiler.rules import check_supported
 from symgrad.compiler.trace import Spec
-
-#: Closed-form derivatives are kept for display for functions whose forward is at most this many operations.
-CLOSED_FORM_OPS = 60
 
 
 def _symbols(prefix: str, n: int) -> tuple[Symbol, ...]:
@@ -71,27 +67,6 @@ class Derivation:
         if kind not in self._bodies:
             self._bodies[kind] = BODIES[kind](self)
         return self._bodies[kind]
-
-    def closed_forms(self) -> tuple[tuple[str, sympy.Expr | str], ...]:
-        """Per argument, its vjp as one tree-``diff`` formula over the ``cotangent`` symbols (small functions,
-        scalar arguments), 'non_differentiable' for a ``nondiff`` one, else ''."""
-        # count_ops walks the tree: only for outputs whose tree (DAG-counted) is small already
-        small = sum(dag.tree_size(e) for e in self.outputs) <= 4 * CLOSED_FORM_OPS and (
-            sum(sympy.count_ops(e) for e in self.outputs) <= CLOSED_FORM_OPS
-        )
-        result: list[tuple[str, sympy.Expr | str]] = []
-        for a in self.spec.args:
-            value: sympy.Expr | str = "" if a.diff else "non_differentiable"  # derivatives.yaml's keyword
-            if small and not a.shape and a.diff:
-                x = a.symbols[0]
-                value = sympy.Add(
-                    *[
-                        g * apply_subgradients(sympy.diff(e, x))
-                        for g, e in zip(self.symbols["cotangent"], self.outputs)
-                    ]
-                )
-            result.append((a.name, value))
-        return tuple(result)
 
     def __str__(self) -> str:
         lines = [str(self.spec), "forward:"]

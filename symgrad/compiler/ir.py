@@ -93,6 +93,7 @@ class Kernel:
     programs: tuple[Program, ...]
     formulas: tuple[tuple[str, str], ...] = ()  # (output name, forward formula in user names)
     derivatives: tuple[tuple[str, str], ...] = ()  # (argument name, closed-form vjp or '')
+    second_derivatives: tuple[tuple[str, str], ...] = ()  # ('d2out/dx dy', closed form): the upper triangle
     nondiff: tuple[str, ...] = ()  # arguments without gradient slots or Jacobian columns
     op_counts: tuple[tuple[str, int], ...] = field(default=())
 

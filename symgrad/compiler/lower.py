@@ -13,12 +13,15 @@ from itertools import count, product
 
 from sympy import Symbol
 
-from symgrad.compiler import dag
+from symgrad.compiler import dag, formulas
 from symgrad.compiler.derive import Derivation, hessian_fits
 from symgrad.compiler.display import formula
 from symgrad.compiler.ir import Assign, Kernel, Program, Slot
-from symgrad.compiler.naming import Namer, sanitize
+from symgrad.compiler.naming import Namer, Temporary, sanitize
 from symgrad.compiler.passes import Assignments, inline_single_use, prune
+from symgrad.compiler.rewrite import stabilize
+from symgrad.compiler.temp_names import TempNames
+from symgrad.debug import timed
 from symgrad.errors import UnsupportedError
 
 
@@ -35,7 +38,7 @@ class ProgramRule:
     optional: Callable[[Derivation], bool] | None = None
 
 
-#: Every program of a kernel, in the order they are laid out (temporaries are numbered in this order).
+#: Every program of a kernel, in the order they are laid out.
 PROGRAMS = (
     ProgramRule("value_and_vjp", ("arg", "cotangent"), ("output", "grad"), "adjoint"),
     ProgramRule("forward", ("arg",), ("output",), "forward"),
@@ -54,12 +57,19 @@ def _element_names(base: str, shape: tuple[int, ...]) -> list[str]:
 
 
 class _Builder:
-    """Names slots and temporaries as they are laid out, and renames internal symbols to them."""
+    """Names slots and temporaries as they are laid out, and renames internal symbols to them. A temporary is
+    numbered across the kernel (``t3``, its ``naming.Temporary`` key) and named readably in each program
+    (``temp_names``)."""
 
-    def __init__(self) -> None:
+    def __init__(self, d: Derivation) -> None:
         self.namer = Namer()
         self.rename: dict[Symbol, Symbol] = {}
-        self.temp_names = (f"t{k}" for k in count())
+        self.keys: dict[Symbol, str] = {}
+        self.renamed: dict = {}  # dag.renamed's results, shared by the programs
+        self.temp_keys = (f"t{k}" for k in count())
+        self.slot_names: Namer | None = None  # the namer once the slots are named (before any temporary)
+        known = {s for a in d.spec.args for s in a.symbols}
+        self.temps = TempNames(d.spec.names, known, stabilize)
 
     def slot(
         self,
@@ -86,11 +96,16 @@ class _Builder:
         body: Assignments,
         notes: dict[Symbol, str],
     ) -> Program:
-        assigns = []
+        self.slot_names = self.slot_names or self.namer.copy()
+        assigns, rename, temp_name = [], dict(self.rename), self.temps.program(self.slot_names)
         for sym, expr in body:
-            if sym not in self.rename:
-                self.rename[sym] = Symbol(self.namer(next(self.temp_names)), real=True)
-            assigns.append(Assign(self.rename[sym], expr.xreplace(self.rename), notes.get(sym, "")))
+            shown = dag.renamed(expr, rename, self.renamed)
+            if sym not in rename:
+                if sym not in self.keys:
+                    self.keys[sym] = self.namer(next(self.temp_keys))
+                label = temp_name(sym, expr, shown)
+                rename[sym] = Temporary(f"{self.keys[sym]}\0{label}", label, real=True)
+            assigns.append(Assign(rename[sym], shown, notes.get(sym, "")))
         return Program(name, inputs, outputs, tuple(assigns))
 
 
@@ -160,9 +175,48 @@ def _notes(d: Derivation, slots: dict[str, tuple[Slot, ...]], b: _Builder) -> di
     return notes
 
 
+def _display(
+    d: Derivation, slots: dict[str, tuple[Slot, ...]], b: _Builder, order: int
+) -> dict[str, list[tuple[str, formulas.Value]]]:
+    """The display formulas in generated code's names: ``outputs`` (per element), ``first`` (per argument)
+    and, for ``order`` 2, ``second`` (the Hessian's upper triangle)."""
+    outs = [s for slot in slots["output"] for s in slot.symbols]
+    shown = {
+        "outputs": [(n, dag.rename(e, b.rename)) for n, e in formulas.outputs(d, outs)],
+        "first": [(a, formulas.renamed(v, b.rename)) for a, v in formulas.first(d)],
+        "second": [],
+    }
+    if order == 2:
+        wrt = [b.rename[s].name for s in d.symbols["wrt"]]
+        second = formulas.second(d, [s.name for s in outs], wrt)
+        shown["second"] = [(label, dag.rename(e, b.rename)) for label, e in second]
+    return shown
+
+
+def display_formulas(d: Derivation, order: int = 1) -> dict[str, list[tuple[str, formulas.Value]]]:
+    """What ``symgrad show`` prints as formulas (``_display``), without laying out any program."""
+    b = _Builder(d)
+    return _display(d, _slots(d, b), b, order)
+
+
+def _kernel_formulas(
+    d: Derivation, slots: dict[str, tuple[Slot, ...]], b: _Builder, programs: list[Program]
+) -> dict[str, tuple[tuple[str, str], ...]]:
+    """The ``Kernel``'s formula fields as text; second derivatives for a function with a Hessian program and
+    at most ``formulas.SECOND_ORDER_ARGS`` scalar arguments."""
+    hessian = any(p.name == "value_jacobian_hessian" for p in programs)
+    order = 2 if hessian and len(d.symbols["wrt"]) <= formulas.SECOND_ORDER_ARGS else 1
+    shown = _display(d, slots, b, order)
+    return {
+        "formulas": tuple((n, formulas.text(v)) for n, v in shown["outputs"]),
+        "derivatives": tuple((n, formulas.text(v)) for n, v in shown["first"]),
+        "second_derivatives": tuple((n, formulas.text(v)) for n, v in shown["second"]),
+    }
+
+
 def lower(d: Derivation) -> Kernel:
     """Lay out every program of ``PROGRAMS`` for one derivation."""
-    b = _Builder()
+    b = _Builder(d)
     slots = _slots(d, b)
     notes = _notes(d, slots, b)
     programs = []
@@ -175,16 +229,17 @@ def lower(d: Derivation) -> Kernel:
                 d.body(rule.body)
             except UnsupportedError:
                 continue
-        body = inline_single_use(prune(d.body(rule.body), results), results)
-        programs.append(
-            b.program(
-                rule.name,
-                tuple(s for f in rule.inputs for s in slots[f]),
-                tuple(s for f in rule.outputs for s in slots[f]),
-                body,
-                notes,
+        with timed(f"{d.spec.name}: lower {rule.name}"):
+            body = inline_single_use(prune(d.body(rule.body), results), results)
+            programs.append(
+                b.program(
+                    rule.name,
+                    tuple(s for f in rule.inputs for s in slots[f]),
+                    tuple(s for f in rule.outputs for s in slots[f]),
+                    body,
+                    notes,
+                )
             )
-        )
     spec = d.spec
     kernel = Kernel(
         name=sanitize(spec.name),
@@ -195,15 +250,7 @@ def lower(d: Derivation) -> Kernel:
         outputs=slots["output"],
         returns_tuple=spec.returns_tuple,
         programs=tuple(programs),
-        formulas=tuple(
-            (s.name, formula(dag.rename(e, b.rename)))
-            for s, e in zip(slots["output"], d.outputs)
-            if not s.shape
-        ),
-        derivatives=tuple(
-            (name, value if isinstance(value, str) else formula(dag.rename(value, b.rename)))
-            for name, value in d.closed_forms()
-        ),
+        **_kernel_formulas(d, slots, b, programs),
         nondiff=tuple(a.name for a, a_spec in zip(slots["arg"], spec.args) if not a_spec.diff),
         op_counts=tuple((p.name, p.op_count()) for p in programs),
     )

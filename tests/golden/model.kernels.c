@@ -48,6 +48,10 @@ double exp(double);
 #pragma omp declare simd notinbranch
 float expf(float);
 #pragma omp declare simd notinbranch
+double log(double);
+#pragma omp declare simd notinbranch
+float logf(float);
+#pragma omp declare simd notinbranch
 double sin(double);
 #pragma omp declare simd notinbranch
 float sinf(float);
@@ -87,6 +91,18 @@ static inline double sg_tanh_f64(double x)
 {
     const double e = expm1(-2*fabs(x));
     return copysign(-e/(2 + e), x);
+}
+
+/* sign(x): -1, 0 or 1; NaN for NaN (as numpy.sign) */
+static inline double sg_sign_f64(double x)
+{
+    return x > 0.0 ? 1.0 : (x < 0.0 ? -1.0 : (x == x ? 0.0 : x));
+}
+
+/* sign(x): -1, 0 or 1; NaN for NaN (as numpy.sign) */
+static inline float sg_sign_f32(float x)
+{
+    return x > 0.0F ? 1.0F : (x < 0.0F ? -1.0F : (x == x ? 0.0F : x));
 }
 
 /* ---- square [model.py:12] ----
@@ -893,9 +909,9 @@ static SG_NOINLINE void sg_rows_softplus__value_and_vjp_f64(int64_t sg_lo, int64
 {
     SG_SIMD
     for (int64_t i = sg_lo; i < sg_hi; ++i) {
-        const double t0 = exp(-fabs(x[i]));
-        out[i] = (x[i] > 0.0 ? x[i] : 0.0) + log1p(t0);  /* out = softplus(x) */
-        grad_x[i] = grad[i]*(x[i] >= 0.0 ? 1.0 : t0)/(1.0 + t0);  /* grad_x = d(out)/dx . grad */
+        const double exp_neg_abs_x = exp(-fabs(x[i]));
+        out[i] = (x[i] > 0.0 ? x[i] : 0.0) + log1p(exp_neg_abs_x);  /* out = softplus(x) */
+        grad_x[i] = grad[i]*(x[i] >= 0.0 ? 1.0 : exp_neg_abs_x)/(1.0 + exp_neg_abs_x);  /* grad_x = d(out)/dx . grad */
     }
 }
 
@@ -946,8 +962,8 @@ static SG_NOINLINE void sg_rows_softplus__vjp_f64(int64_t sg_lo, int64_t sg_hi,
 {
     SG_SIMD
     for (int64_t i = sg_lo; i < sg_hi; ++i) {
-        const double t0 = exp(-fabs(x[i]));
-        grad_x[i] = grad[i]*(x[i] >= 0.0 ? 1.0 : t0)/(1.0 + t0);  /* grad_x = d(out)/dx . grad */
+        const double exp_neg_abs_x = exp(-fabs(x[i]));
+        grad_x[i] = grad[i]*(x[i] >= 0.0 ? 1.0 : exp_neg_abs_x)/(1.0 + exp_neg_abs_x);  /* grad_x = d(out)/dx . grad */
     }
 }
 
@@ -975,9 +991,9 @@ static SG_NOINLINE void sg_rows_softplus__jvp_f64(int64_t sg_lo, int64_t sg_hi,
 {
     SG_SIMD
     for (int64_t i = sg_lo; i < sg_hi; ++i) {
-        const double t0 = exp(-fabs(x[i]));
-        out[i] = (x[i] > 0.0 ? x[i] : 0.0) + log1p(t0);  /* out = softplus(x) */
-        jvp_out[i] = tangent_x[i]*(x[i] >= 0.0 ? 1.0 : t0)/(1.0 + t0);
+        const double exp_neg_abs_x = exp(-fabs(x[i]));
+        out[i] = (x[i] > 0.0 ? x[i] : 0.0) + log1p(exp_neg_abs_x);  /* out = softplus(x) */
+        jvp_out[i] = tangent_x[i]*(x[i] >= 0.0 ? 1.0 : exp_neg_abs_x)/(1.0 + exp_neg_abs_x);
     }
 }
 
@@ -1005,9 +1021,9 @@ static SG_NOINLINE void sg_rows_softplus__value_and_jacobian_f64(int64_t sg_lo, 
 {
     SG_SIMD
     for (int64_t i = sg_lo; i < sg_hi; ++i) {
-        const double t0 = exp(-fabs(x[i]));
-        out[i] = (x[i] > 0.0 ? x[i] : 0.0) + log1p(t0);  /* out = softplus(x) */
-        jacobian[i] = (x[i] >= 0.0 ? 1.0 : t0)/(1.0 + t0);
+        const double exp_neg_abs_x = exp(-fabs(x[i]));
+        out[i] = (x[i] > 0.0 ? x[i] : 0.0) + log1p(exp_neg_abs_x);  /* out = softplus(x) */
+        jacobian[i] = (x[i] >= 0.0 ? 1.0 : exp_neg_abs_x)/(1.0 + exp_neg_abs_x);
     }
 }
 
@@ -1035,12 +1051,12 @@ static SG_NOINLINE void sg_rows_softplus__value_jacobian_hessian_f64(int64_t sg_
 {
     SG_SIMD
     for (int64_t i = sg_lo; i < sg_hi; ++i) {
-        const double t0 = exp(-fabs(x[i]));
-        out[i] = (x[i] > 0.0 ? x[i] : 0.0) + log1p(t0);  /* out = softplus(x) */
-        const double t1 = (x[i] >= 0.0 ? 1.0 : t0);
-        const double t2 = 1.0 + t0;
-        jacobian[i] = t1/t2;
-        hessian[i] = t1*(x[i] <= 0.0 ? 1.0 : t0)/(t2*t2);
+        const double exp_neg_abs_x = exp(-fabs(x[i]));
+        out[i] = (x[i] > 0.0 ? x[i] : 0.0) + log1p(exp_neg_abs_x);  /* out = softplus(x) */
+        const double t0 = (x[i] >= 0.0 ? 1.0 : exp_neg_abs_x);
+        const double exp_neg_abs_x_plus_1 = 1.0 + exp_neg_abs_x;
+        jacobian[i] = t0/exp_neg_abs_x_plus_1;
+        hessian[i] = t0*(x[i] <= 0.0 ? 1.0 : exp_neg_abs_x)/(exp_neg_abs_x_plus_1*exp_neg_abs_x_plus_1);
     }
 }
 
@@ -1069,9 +1085,9 @@ static SG_NOINLINE void sg_rows_softplus__hvp_f64(int64_t sg_lo, int64_t sg_hi,
 {
     SG_SIMD
     for (int64_t i = sg_lo; i < sg_hi; ++i) {
-        const double t2 = exp(-fabs(x[i]));
-        const double t1 = 1.0 + t2;
-        hvp_x[i] = grad[i]*tangent_x[i]*(x[i] >= 0.0 ? 1.0 : t2)*(x[i] <= 0.0 ? 1.0 : t2)/(t1*t1);
+        const double exp_neg_abs_x = exp(-fabs(x[i]));
+        const double exp_neg_abs_x_plus_1 = 1.0 + exp_neg_abs_x;
+        hvp_x[i] = grad[i]*tangent_x[i]*(x[i] >= 0.0 ? 1.0 : exp_neg_abs_x)*(x[i] <= 0.0 ? 1.0 : exp_neg_abs_x)/(exp_neg_abs_x_plus_1*exp_neg_abs_x_plus_1);
     }
 }
 
@@ -1105,12 +1121,12 @@ static SG_NOINLINE void sg_rows_softplus__value_and_vjp_f32(int64_t sg_lo, int64
     SG_SIMD
     for (int64_t i = sg_lo; i < sg_lo + sg_half; ++i) {
         const int64_t j = i + sg_skip;
-        const float t0 = expf(-fabsf(x[i]));
-        const float t0_b = expf(-fabsf(x[j]));
-        out[i] = (x[i] > 0.0F ? x[i] : 0.0F) + log1pf(t0);  /* out = softplus(x) */
-        grad_x[i] = grad[i]*(x[i] >= 0.0F ? 1.0F : t0)/(1.0F + t0);  /* grad_x = d(out)/dx . grad */
-        out[j] = (x[j] > 0.0F ? x[j] : 0.0F) + log1pf(t0_b);
-        grad_x[j] = grad[j]*(x[j] >= 0.0F ? 1.0F : t0_b)/(1.0F + t0_b);
+        const float exp_neg_abs_x = expf(-fabsf(x[i]));
+        const float exp_neg_abs_x_b = expf(-fabsf(x[j]));
+        out[i] = (x[i] > 0.0F ? x[i] : 0.0F) + log1pf(exp_neg_abs_x);  /* out = softplus(x) */
+        grad_x[i] = grad[i]*(x[i] >= 0.0F ? 1.0F : exp_neg_abs_x)/(1.0F + exp_neg_abs_x);  /* grad_x = d(out)/dx . grad */
+        out[j] = (x[j] > 0.0F ? x[j] : 0.0F) + log1pf(exp_neg_abs_x_b);
+        grad_x[j] = grad[j]*(x[j] >= 0.0F ? 1.0F : exp_neg_abs_x_b)/(1.0F + exp_neg_abs_x_b);
     }
 }
 
@@ -1172,10 +1188,10 @@ static SG_NOINLINE void sg_rows_softplus__vjp_f32(int64_t sg_lo, int64_t sg_hi,
     SG_SIMD
     for (int64_t i = sg_lo; i < sg_lo + sg_half; ++i) {
         const int64_t j = i + sg_skip;
-        const float t0 = expf(-fabsf(x[i]));
-        const float t0_b = expf(-fabsf(x[j]));
-        grad_x[i] = grad[i]*(x[i] >= 0.0F ? 1.0F : t0)/(1.0F + t0);  /* grad_x = d(out)/dx . grad */
-        grad_x[j] = grad[j]*(x[j] >= 0.0F ? 1.0F : t0_b)/(1.0F + t0_b);
+        const float exp_neg_abs_x = expf(-fabsf(x[i]));
+        const float exp_neg_abs_x_b = expf(-fabsf(x[j]));
+        grad_x[i] = grad[i]*(x[i] >= 0.0F ? 1.0F : exp_neg_abs_x)/(1.0F + exp_neg_abs_x);  /* grad_x = d(out)/dx . grad */
+        grad_x[j] = grad[j]*(x[j] >= 0.0F ? 1.0F : exp_neg_abs_x_b)/(1.0F + exp_neg_abs_x_b);
     }
 }
 
@@ -1205,12 +1221,12 @@ static SG_NOINLINE void sg_rows_softplus__jvp_f32(int64_t sg_lo, int64_t sg_hi,
     SG_SIMD
     for (int64_t i = sg_lo; i < sg_lo + sg_half; ++i) {
         const int64_t j = i + sg_skip;
-        const float t0 = expf(-fabsf(x[i]));
-        const float t0_b = expf(-fabsf(x[j]));
-        out[i] = (x[i] > 0.0F ? x[i] : 0.0F) + log1pf(t0);  /* out = softplus(x) */
-        jvp_out[i] = tangent_x[i]*(x[i] >= 0.0F ? 1.0F : t0)/(1.0F + t0);
-        out[j] = (x[j] > 0.0F ? x[j] : 0.0F) + log1pf(t0_b);
-        jvp_out[j] = tangent_x[j]*(x[j] >= 0.0F ? 1.0F : t0_b)/(1.0F + t0_b);
+        const float exp_neg_abs_x = expf(-fabsf(x[i]));
+        const float exp_neg_abs_x_b = expf(-fabsf(x[j]));
+        out[i] = (x[i] > 0.0F ? x[i] : 0.0F) + log1pf(exp_neg_abs_x);  /* out = softplus(x) */
+        jvp_out[i] = tangent_x[i]*(x[i] >= 0.0F ? 1.0F : exp_neg_abs_x)/(1.0F + exp_neg_abs_x);
+        out[j] = (x[j] > 0.0F ? x[j] : 0.0F) + log1pf(exp_neg_abs_x_b);
+        jvp_out[j] = tangent_x[j]*(x[j] >= 0.0F ? 1.0F : exp_neg_abs_x_b)/(1.0F + exp_neg_abs_x_b);
     }
 }
 
@@ -1243,12 +1259,12 @@ static SG_NOINLINE void sg_rows_softplus__value_and_jacobian_f32(int64_t sg_lo, 
     SG_SIMD
     for (int64_t i = sg_lo; i < sg_lo + sg_half; ++i) {
         const int64_t j = i + sg_skip;
-        const float t0 = expf(-fabsf(x[i]));
-        const float t0_b = expf(-fabsf(x[j]));
-        out[i] = (x[i] > 0.0F ? x[i] : 0.0F) + log1pf(t0);  /* out = softplus(x) */
-        jacobian[i] = (x[i] >= 0.0F ? 1.0F : t0)/(1.0F + t0);
-        out[j] = (x[j] > 0.0F ? x[j] : 0.0F) + log1pf(t0_b);
-        jacobian[j] = (x[j] >= 0.0F ? 1.0F : t0_b)/(1.0F + t0_b);
+        const float exp_neg_abs_x = expf(-fabsf(x[i]));
+        const float exp_neg_abs_x_b = expf(-fabsf(x[j]));
+        out[i] = (x[i] > 0.0F ? x[i] : 0.0F) + log1pf(exp_neg_abs_x);  /* out = softplus(x) */
+        jacobian[i] = (x[i] >= 0.0F ? 1.0F : exp_neg_abs_x)/(1.0F + exp_neg_abs_x);
+        out[j] = (x[j] > 0.0F ? x[j] : 0.0F) + log1pf(exp_neg_abs_x_b);
+        jacobian[j] = (x[j] >= 0.0F ? 1.0F : exp_neg_abs_x_b)/(1.0F + exp_neg_abs_x_b);
     }
 }
 
@@ -1281,18 +1297,18 @@ static SG_NOINLINE void sg_rows_softplus__value_jacobian_hessian_f32(int64_t sg_
     SG_SIMD
     for (int64_t i = sg_lo; i < sg_lo + sg_half; ++i) {
         const int64_t j = i + sg_skip;
-        const float t0 = expf(-fabsf(x[i]));
-        const float t0_b = expf(-fabsf(x[j]));
-        out[i] = (x[i] > 0.0F ? x[i] : 0.0F) + log1pf(t0);  /* out = softplus(x) */
-        out[j] = (x[j] > 0.0F ? x[j] : 0.0F) + log1pf(t0_b);
-        const float t1 = (x[i] >= 0.0F ? 1.0F : t0);
-        const float t1_b = (x[j] >= 0.0F ? 1.0F : t0_b);
-        const float t2 = 1.0F + t0;
-        const float t2_b = 1.0F + t0_b;
-        jacobian[i] = t1/t2;
-        hessian[i] = t1*(x[i] <= 0.0F ? 1.0F : t0)/(t2*t2);
-        jacobian[j] = t1_b/t2_b;
-        hessian[j] = t1_b*(x[j] <= 0.0F ? 1.0F : t0_b)/(t2_b*t2_b);
+        const float exp_neg_abs_x = expf(-fabsf(x[i]));
+        const float exp_neg_abs_x_b = expf(-fabsf(x[j]));
+        out[i] = (x[i] > 0.0F ? x[i] : 0.0F) + log1pf(exp_neg_abs_x);  /* out = softplus(x) */
+        out[j] = (x[j] > 0.0F ? x[j] : 0.0F) + log1pf(exp_neg_abs_x_b);
+        const float t0 = (x[i] >= 0.0F ? 1.0F : exp_neg_abs_x);
+        const float t0_b = (x[j] >= 0.0F ? 1.0F : exp_neg_abs_x_b);
+        const float exp_neg_abs_x_plus_1 = 1.0F + exp_neg_abs_x;
+        const float exp_neg_abs_x_plus_1_b = 1.0F + exp_neg_abs_x_b;
+        jacobian[i] = t0/exp_neg_abs_x_plus_1;
+        hessian[i] = t0*(x[i] <= 0.0F ? 1.0F : exp_neg_abs_x)/(exp_neg_abs_x_plus_1*exp_neg_abs_x_plus_1);
+        jacobian[j] = t0_b/exp_neg_abs_x_plus_1_b;
+        hessian[j] = t0_b*(x[j] <= 0.0F ? 1.0F : exp_neg_abs_x_b)/(exp_neg_abs_x_plus_1_b*exp_neg_abs_x_plus_1_b);
     }
 }
 
@@ -1326,12 +1342,12 @@ static SG_NOINLINE void sg_rows_softplus__hvp_f32(int64_t sg_lo, int64_t sg_hi,
     SG_SIMD
     for (int64_t i = sg_lo; i < sg_lo + sg_half; ++i) {
         const int64_t j = i + sg_skip;
-        const float t2 = expf(-fabsf(x[i]));
-        const float t2_b = expf(-fabsf(x[j]));
-        const float t1 = 1.0F + t2;
-        const float t1_b = 1.0F + t2_b;
-        hvp_x[i] = grad[i]*tangent_x[i]*(x[i] >= 0.0F ? 1.0F : t2)*(x[i] <= 0.0F ? 1.0F : t2)/(t1*t1);
-        hvp_x[j] = grad[j]*tangent_x[j]*(x[j] >= 0.0F ? 1.0F : t2_b)*(x[j] <= 0.0F ? 1.0F : t2_b)/(t1_b*t1_b);
+        const float exp_neg_abs_x = expf(-fabsf(x[i]));
+        const float exp_neg_abs_x_b = expf(-fabsf(x[j]));
+        const float exp_neg_abs_x_plus_1 = 1.0F + exp_neg_abs_x;
+        const float exp_neg_abs_x_plus_1_b = 1.0F + exp_neg_abs_x_b;
+        hvp_x[i] = grad[i]*tangent_x[i]*(x[i] >= 0.0F ? 1.0F : exp_neg_abs_x)*(x[i] <= 0.0F ? 1.0F : exp_neg_abs_x)/(exp_neg_abs_x_plus_1*exp_neg_abs_x_plus_1);
+        hvp_x[j] = grad[j]*tangent_x[j]*(x[j] >= 0.0F ? 1.0F : exp_neg_abs_x_b)*(x[j] <= 0.0F ? 1.0F : exp_neg_abs_x_b)/(exp_neg_abs_x_plus_1_b*exp_neg_abs_x_plus_1_b);
     }
 }
 
@@ -1352,9 +1368,9 @@ void softplus__hvp_f32__ptrs(int64_t n, void *const *p)
 }
 
 /* ---- blend [model.py:29] ----
-   out = exp(-y**2)*sin(x) + log1p(x**2*y**2)
-   vjp x: grad*(exp(-y**2)*cos(x) + 2*x*y**2/(1 + x**2*y**2))
-   vjp y: grad*(-2*y*exp(-y**2)*sin(x) + 2*x**2*y/(1 + x**2*y**2)) */
+   out = exp(-y**2)*sin(x) + where(Abs(x*y) <= 1, log1p(where(Eq(x*y, 0), 0, x*y)**2), 2*log(Abs(x)) + 2*log(Abs(y)) + log1p(where(Eq(x*y, 0), 0, x*y)**(-2)))
+   vjp x: grad*(exp(-y**2)*cos(x) + where(Abs(x*y) <= 1, 2*y*where(Eq(x*y, 0), 0, x*y)/(1 + where(Eq(x*y, 0), 0, x*y)**2), 2*sign(x)/Abs(x) - 2*y/((1 + where(Eq(x*y, 0), 0, x*y)**(-2))*where(Eq(x*y, 0), 0, x*y)**3)))
+   vjp y: grad*(-2*y*exp(-y**2)*sin(x) + where(Abs(x*y) <= 1, 2*x*where(Eq(x*y, 0), 0, x*y)/(1 + where(Eq(x*y, 0), 0, x*y)**2), 2*sign(y)/Abs(y) - 2*x/((1 + where(Eq(x*y, 0), 0, x*y)**(-2))*where(Eq(x*y, 0), 0, x*y)**3))) */
 /* value_and_vjp of blend [model.py:29], double: rows sg_lo to sg_hi - 1 */
 static SG_NOINLINE void sg_rows_blend__value_and_vjp_f64(int64_t sg_lo, int64_t sg_hi,
                                                          const double *restrict x,
@@ -1366,15 +1382,19 @@ static SG_NOINLINE void sg_rows_blend__value_and_vjp_f64(int64_t sg_lo, int64_t 
 {
     SG_SIMD
     for (int64_t i = sg_lo; i < sg_hi; ++i) {
-        const double t0 = y[i]*y[i];
-        const double t1 = exp(-t0);
-        const double t2 = t1*sin(x[i]);
-        const double t3 = x[i]*x[i];
-        const double t4 = t0*t3;
-        out[i] = t2 + log1p(t4);  /* out = exp(-y**2)*sin(x) + log1p(x**2*y**2) */
-        const double t5 = 1.0/(1.0 + t4);
-        grad_x[i] = grad[i]*(t1*sg_cos_f64(x[i]) + 2.0*t0*t5*x[i]);  /* grad_x = d(out)/dx . grad */
-        grad_y[i] = 2.0*grad[i]*y[i]*(-t2 + t3*t5);  /* grad_y = d(out)/dy . grad */
+        const double x_y = x[i]*y[i];
+        const double t0 = (x_y == 0.0 ? 0.0 : x_y);
+        const double t0_sq = t0*t0;
+        const double abs_y = fabs(y[i]);
+        const double abs_x = fabs(x[i]);
+        const double exp_neg_y_sq = exp(-(y[i]*y[i]));
+        const double exp_neg_y_sq_sin_x = exp_neg_y_sq*sin(x[i]);
+        out[i] = exp_neg_y_sq_sin_x + (fabs(x_y) <= 1.0 ? log1p(t0_sq) : 2.0*log(abs_y) + 2.0*log(abs_x) + log1p(1.0/t0_sq));  /* out = exp(-y**2)*sin(x) + where(Abs(x*y) <= 1, log1p(where(Eq(x*y, 0), 0, x*y)**2), 2*log(Abs(x)) + 2*l... */
+        const double inv_t0_sq_plus_1 = 1.0/(1.0 + t0_sq);
+        const double t1 = grad[i]*(fabs(x_y) <= 1.0 ? inv_t0_sq_plus_1 : -inv_t0_sq_plus_1/t0_sq);
+        const double t2 = (t1 == 0.0 ? 0.0 : 2.0*t0*t1);
+        grad_x[i] = grad[i]*(exp_neg_y_sq*sg_cos_f64(x[i]) + (fabs(x_y) <= 1.0 ? 0.0 : 2.0*sg_sign_f64(x[i])/abs_x)) + t2*y[i];  /* grad_x = d(out)/dx . grad */
+        grad_y[i] = grad[i]*(-2.0*exp_neg_y_sq_sin_x*y[i] + (fabs(x_y) <= 1.0 ? 0.0 : 2.0*sg_sign_f64(y[i])/abs_y)) + t2*x[i];  /* grad_y = d(out)/dy . grad */
     }
 }
 
@@ -1387,7 +1407,7 @@ void blend__value_and_vjp_f64(int64_t n,
                               double *restrict grad_x,
                               double *restrict grad_y)
 {
-    SG_ROWS(42372, sg_rows_blend__value_and_vjp_f64, x, y, grad, out, grad_x, grad_y);
+    SG_ROWS(21367, sg_rows_blend__value_and_vjp_f64, x, y, grad, out, grad_x, grad_y);
 }
 
 /* value_and_vjp of blend [model.py:29], double: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
@@ -1404,15 +1424,17 @@ static SG_NOINLINE void sg_rows_blend__forward_f64(int64_t sg_lo, int64_t sg_hi,
 {
     SG_SIMD
     for (int64_t i = sg_lo; i < sg_hi; ++i) {
-        const double t0 = y[i]*y[i];
-        out[i] = exp(-t0)*sin(x[i]) + log1p(t0*x[i]*x[i]);  /* out = exp(-y**2)*sin(x) + log1p(x**2*y**2) */
+        const double x_y = x[i]*y[i];
+        const double t0 = (x_y == 0.0 ? 0.0 : x_y);
+        const double t0_sq = t0*t0;
+        out[i] = exp(-(y[i]*y[i]))*sin(x[i]) + (fabs(x_y) <= 1.0 ? log1p(t0_sq) : 2.0*log(fabs(x[i])) + 2.0*log(fabs(y[i])) + log1p(1.0/t0_sq));  /* out = exp(-y**2)*sin(x) + where(Abs(x*y) <= 1, log1p(where(Eq(x*y, 0), 0, x*y)**2), 2*log(Abs(x)) + 2*l... */
     }
 }
 
 /* forward of blend [model.py:29], double */
 void blend__forward_f64(int64_t n, const double *restrict x, const double *restrict y, double *restrict out)
 {
-    SG_ROWS(71428, sg_rows_blend__forward_f64, x, y, out);
+    SG_ROWS(33333, sg_rows_blend__forward_f64, x, y, out);
 }
 
 /* forward of blend [model.py:29], double: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
@@ -1431,12 +1453,15 @@ static SG_NOINLINE void sg_rows_blend__vjp_f64(int64_t sg_lo, int64_t sg_hi,
 {
     SG_SIMD
     for (int64_t i = sg_lo; i < sg_hi; ++i) {
-        const double t0 = y[i]*y[i];
-        const double t1 = exp(-t0);
-        const double t3 = x[i]*x[i];
-        const double t5 = 1.0/(1.0 + t0*t3);
-        grad_x[i] = grad[i]*(t1*sg_cos_f64(x[i]) + 2.0*t0*t5*x[i]);  /* grad_x = d(out)/dx . grad */
-        grad_y[i] = 2.0*grad[i]*y[i]*(t3*t5 - t1*sin(x[i]));  /* grad_y = d(out)/dy . grad */
+        const double x_y = x[i]*y[i];
+        const double t0 = (x_y == 0.0 ? 0.0 : x_y);
+        const double t0_sq = t0*t0;
+        const double exp_neg_y_sq = exp(-(y[i]*y[i]));
+        const double inv_t0_sq_plus_1 = 1.0/(1.0 + t0_sq);
+        const double t1 = grad[i]*(fabs(x_y) <= 1.0 ? inv_t0_sq_plus_1 : -inv_t0_sq_plus_1/t0_sq);
+        const double t2 = (t1 == 0.0 ? 0.0 : 2.0*t0*t1);
+        grad_x[i] = grad[i]*(exp_neg_y_sq*sg_cos_f64(x[i]) + (fabs(x_y) <= 1.0 ? 0.0 : 2.0*sg_sign_f64(x[i])/fabs(x[i]))) + t2*y[i];  /* grad_x = d(out)/dx . grad */
+        grad_y[i] = grad[i]*(-2.0*exp_neg_y_sq*y[i]*sin(x[i]) + (fabs(x_y) <= 1.0 ? 0.0 : 2.0*sg_sign_f64(y[i])/fabs(y[i]))) + t2*x[i];  /* grad_y = d(out)/dy . grad */
     }
 }
 
@@ -1448,7 +1473,7 @@ void blend__vjp_f64(int64_t n,
                     double *restrict grad_x,
                     double *restrict grad_y)
 {
-    SG_ROWS(52083, sg_rows_blend__vjp_f64, x, y, grad, grad_x, grad_y);
+    SG_ROWS(36231, sg_rows_blend__vjp_f64, x, y, grad, grad_x, grad_y);
 }
 
 /* vjp of blend [model.py:29], double: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
@@ -1468,15 +1493,17 @@ static SG_NOINLINE void sg_rows_blend__jvp_f64(int64_t sg_lo, int64_t sg_hi,
 {
     SG_SIMD
     for (int64_t i = sg_lo; i < sg_hi; ++i) {
-        const double t0 = y[i]*y[i];
-        const double t1 = exp(-t0);
-        const double t2 = t1*sin(x[i]);
-        const double t3 = x[i]*x[i];
-        const double t4 = t0*t3;
-        out[i] = t2 + log1p(t4);  /* out = exp(-y**2)*sin(x) + log1p(x**2*y**2) */
-        const double t6 = 2.0*tangent_y[i]*y[i];
-        const double t5 = 1.0/(1.0 + t4);
-        jvp_out[i] = -t2*t6 + t1*tangent_x[i]*sg_cos_f64(x[i]) + t3*t5*t6 + 2.0*t0*t5*tangent_x[i]*x[i];
+        const double x_y = x[i]*y[i];
+        const double t0 = (x_y == 0.0 ? 0.0 : x_y);
+        const double t0_sq = t0*t0;
+        const double abs_y = fabs(y[i]);
+        const double abs_x = fabs(x[i]);
+        const double exp_neg_y_sq = exp(-(y[i]*y[i]));
+        const double exp_neg_y_sq_sin_x = exp_neg_y_sq*sin(x[i]);
+        out[i] = exp_neg_y_sq_sin_x + (fabs(x_y) <= 1.0 ? log1p(t0_sq) : 2.0*log(abs_y) + 2.0*log(abs_x) + log1p(1.0/t0_sq));  /* out = exp(-y**2)*sin(x) + where(Abs(x*y) <= 1, log1p(where(Eq(x*y, 0), 0, x*y)**2), 2*log(Abs(x)) + 2*l... */
+        const double inv_t0_sq_plus_1 = 1.0/(1.0 + t0_sq);
+        const double t1 = (fabs(x_y) <= 1.0 ? inv_t0_sq_plus_1 : -inv_t0_sq_plus_1/t0_sq);
+        jvp_out[i] = tangent_x[i]*(fabs(x_y) <= 1.0 ? 0.0 : 2.0*sg_sign_f64(x[i])/abs_x) + tangent_y[i]*(fabs(x_y) <= 1.0 ? 0.0 : 2.0*sg_sign_f64(y[i])/abs_y) + exp_neg_y_sq*tangent_x[i]*sg_cos_f64(x[i]) - 2.0*exp_neg_y_sq_sin_x*tangent_y[i]*y[i] + (t1 == 0.0 ? 0.0 : 2.0*t0*t1*(tangent_x[i]*y[i] + tangent_y[i]*x[i]));
     }
 }
 
@@ -1489,7 +1516,7 @@ void blend__jvp_f64(int64_t n,
                     double *restrict out,
                     double *restrict jvp_out)
 {
-    SG_ROWS(40322, sg_rows_blend__jvp_f64, x, y, tangent_x, tangent_y, out, jvp_out);
+    SG_ROWS(20833, sg_rows_blend__jvp_f64, x, y, tangent_x, tangent_y, out, jvp_out);
 }
 
 /* jvp of blend [model.py:29], double: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
@@ -1507,15 +1534,19 @@ static SG_NOINLINE void sg_rows_blend__value_and_jacobian_f64(int64_t sg_lo, int
 {
     SG_SIMD
     for (int64_t i = sg_lo; i < sg_hi; ++i) {
-        const double t0 = y[i]*y[i];
-        const double t1 = exp(-t0);
-        const double t2 = t1*sin(x[i]);
-        const double t3 = x[i]*x[i];
-        const double t4 = t0*t3;
-        out[i] = t2 + log1p(t4);  /* out = exp(-y**2)*sin(x) + log1p(x**2*y**2) */
-        const double t5 = 1.0/(1.0 + t4);
-        jacobian[i*2 + 0] = t1*sg_cos_f64(x[i]) + 2.0*t0*t5*x[i];
-        jacobian[i*2 + 1] = 2.0*y[i]*(-t2 + t3*t5);
+        const double x_y = x[i]*y[i];
+        const double t0 = (x_y == 0.0 ? 0.0 : x_y);
+        const double t0_sq = t0*t0;
+        const double abs_y = fabs(y[i]);
+        const double abs_x = fabs(x[i]);
+        const double exp_neg_y_sq = exp(-(y[i]*y[i]));
+        const double exp_neg_y_sq_sin_x = exp_neg_y_sq*sin(x[i]);
+        out[i] = exp_neg_y_sq_sin_x + (fabs(x_y) <= 1.0 ? log1p(t0_sq) : 2.0*log(abs_y) + 2.0*log(abs_x) + log1p(1.0/t0_sq));  /* out = exp(-y**2)*sin(x) + where(Abs(x*y) <= 1, log1p(where(Eq(x*y, 0), 0, x*y)**2), 2*log(Abs(x)) + 2*l... */
+        const double inv_t0_sq_plus_1 = 1.0/(1.0 + t0_sq);
+        const double t1 = (fabs(x_y) <= 1.0 ? inv_t0_sq_plus_1 : -inv_t0_sq_plus_1/t0_sq);
+        const double t2 = (t1 == 0.0 ? 0.0 : 2.0*t0*t1);
+        jacobian[i*2 + 0] = exp_neg_y_sq*sg_cos_f64(x[i]) + t2*y[i] + (fabs(x_y) <= 1.0 ? 0.0 : 2.0*sg_sign_f64(x[i])/abs_x);
+        jacobian[i*2 + 1] = t2*x[i] - 2.0*exp_neg_y_sq_sin_x*y[i] + (fabs(x_y) <= 1.0 ? 0.0 : 2.0*sg_sign_f64(y[i])/abs_y);
     }
 }
 
@@ -1526,7 +1557,7 @@ void blend__value_and_jacobian_f64(int64_t n,
                                    double *restrict out,
                                    double *restrict jacobian)
 {
-    SG_ROWS(43859, sg_rows_blend__value_and_jacobian_f64, x, y, out, jacobian);
+    SG_ROWS(21929, sg_rows_blend__value_and_jacobian_f64, x, y, out, jacobian);
 }
 
 /* value_and_jacobian of blend [model.py:29], double: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
@@ -1545,30 +1576,48 @@ static SG_NOINLINE void sg_rows_blend__value_jacobian_hessian_f64(int64_t sg_lo,
 {
     SG_SIMD
     for (int64_t i = sg_lo; i < sg_hi; ++i) {
-        const double t0 = y[i]*y[i];
-        const double t1 = exp(-t0);
-        const double t7 = sin(x[i]);
-        const double t8 = t1*t7;
-        const double t3 = x[i]*x[i];
-        const double t4 = t0*t3;
-        out[i] = t8 + log1p(t4);  /* out = exp(-y**2)*sin(x) + log1p(x**2*y**2) */
-        const double t9 = 1.0/(1.0 + t4);
-        const double t10 = -t8 + t3*t9;
-        const double t11 = t0*t9;
-        const double t12 = 2.0*x[i];
-        const double t13 = sg_cos_f64(x[i]);
-        jacobian[i*2 + 0] = t1*t13 + t11*t12;
-        const double t14 = 2.0*y[i];
-        jacobian[i*2 + 1] = t10*t14;
-        const double t15 = t9*t9;
-        const double t16 = t0*t12;
-        const double t17 = -t1*t14;
-        const double t18 = -t14*t15*t3;
-        const double t19 = t13*t17 + t16*t18 + t12*t14*t9;
-        hessian[i*4 + 0] = -t8 + 2.0*t11 - t0*t12*t15*t16;
-        hessian[i*4 + 1] = t19;
-        hessian[i*4 + 2] = t19;
-        hessian[i*4 + 3] = 2.0*t10 + t14*(t18*t3 - t17*t7);
+        const double x_y = x[i]*y[i];
+        const double t0 = (x_y == 0.0 ? 0.0 : x_y);
+        const double t0_sq = t0*t0;
+        const double abs_y = fabs(y[i]);
+        const double abs_x = fabs(x[i]);
+        const double exp_neg_y_sq = exp(-(y[i]*y[i]));
+        const double sin_x = sin(x[i]);
+        const double sin_x_exp_neg_y_sq = sin_x*exp_neg_y_sq;
+        out[i] = sin_x_exp_neg_y_sq + (fabs(x_y) <= 1.0 ? log1p(t0_sq) : 2.0*log(abs_y) + 2.0*log(abs_x) + log1p(1.0/t0_sq));  /* out = exp(-y**2)*sin(x) + where(Abs(x*y) <= 1, log1p(where(Eq(x*y, 0), 0, x*y)**2), 2*log(Abs(x)) + 2*l... */
+        const double inv_t0_sq_plus_1 = 1.0/(1.0 + t0_sq);
+        const double inv_t0_sq = 1.0/t0_sq;
+        const double t1 = (fabs(x_y) <= 1.0 ? inv_t0_sq_plus_1 : -inv_t0_sq_plus_1*inv_t0_sq);
+        const double twice_t0 = 2.0*t0;
+        const double t2 = (t1 == 0.0 ? 0.0 : twice_t0*t1);
+        const double sign_x = sg_sign_f64(x[i]);
+        const double inv_abs_x = 1.0/abs_x;
+        const double t3 = (fabs(x_y) <= 1.0 ? 0.0 : 2.0*sign_x*inv_abs_x);
+        const double cos_x = sg_cos_f64(x[i]);
+        jacobian[i*2 + 0] = t3 + cos_x*exp_neg_y_sq + t2*y[i];
+        const double sign_y = sg_sign_f64(y[i]);
+        const double inv_abs_y = 1.0/abs_y;
+        const double t4 = (fabs(x_y) <= 1.0 ? 0.0 : 2.0*sign_y*inv_abs_y);
+        const double twice_sin_x_exp_neg_y_sq = 2.0*sin_x_exp_neg_y_sq;
+        jacobian[i*2 + 1] = t4 + t2*x[i] - twice_sin_x_exp_neg_y_sq*y[i];
+        const double twice_t0_y = twice_t0*y[i];
+        const double t5 = inv_t0_sq_plus_1;
+        const double inv_t0_sq_plus_1_t5 = inv_t0_sq_plus_1*t5;
+        const double t6 = (fabs(x_y) <= 1.0 ? 1.0 : -inv_t0_sq);
+        const double t7 = (fabs(x_y) <= 1.0 ? 0.0 : -inv_t0_sq*t1);
+        const double t8 = (t1 == 0.0 ? 0.0 : twice_t0);
+        const double t9 = (t1 == 0.0 ? 0.0 : 2.0*t1);
+        const double t10 = (fabs(x_y) <= 1.0 ? 0.0 : -inv_abs_x*t3);
+        const double twice_t0_x = twice_t0*x[i];
+        const double twice_y = 2.0*y[i];
+        const double neg_twice_y_exp_neg_y_sq = -twice_y*exp_neg_y_sq;
+        const double t11 = (t8 == 0.0 ? 0.0 : t8*((t6 == 0.0 ? 0.0 : -inv_t0_sq_plus_1_t5*t6*twice_t0_x) + (t7 == 0.0 ? 0.0 : t7*twice_t0_x))) + (t9 == 0.0 ? 0.0 : t9*x[i]);
+        const double t12 = (fabs(x_y) <= 1.0 ? 0.0 : -inv_abs_y*t4);
+        const double t13 = t2 + cos_x*neg_twice_y_exp_neg_y_sq + t11*y[i];
+        hessian[i*4 + 0] = -sin_x_exp_neg_y_sq + y[i]*((t8 == 0.0 ? 0.0 : t8*((t6 == 0.0 ? 0.0 : -twice_t0_y*inv_t0_sq_plus_1_t5*t6) + (t7 == 0.0 ? 0.0 : twice_t0_y*t7))) + (t9 == 0.0 ? 0.0 : t9*y[i])) + (t10 == 0.0 ? 0.0 : sign_x*t10);
+        hessian[i*4 + 1] = t13;
+        hessian[i*4 + 2] = t13;
+        hessian[i*4 + 3] = -twice_sin_x_exp_neg_y_sq + t11*x[i] - sin_x*twice_y*neg_twice_y_exp_neg_y_sq + (t12 == 0.0 ? 0.0 : sign_y*t12);
     }
 }
 
@@ -1580,7 +1629,7 @@ void blend__value_jacobian_hessian_f64(int64_t n,
                                        double *restrict jacobian,
                                        double *restrict hessian)
 {
-    SG_ROWS(30487, sg_rows_blend__value_jacobian_hessian_f64, x, y, out, jacobian, hessian);
+    SG_ROWS(13736, sg_rows_blend__value_jacobian_hessian_f64, x, y, out, jacobian, hessian);
 }
 
 /* value_jacobian_hessian of blend [model.py:29], double: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
@@ -1601,22 +1650,37 @@ static SG_NOINLINE void sg_rows_blend__hvp_f64(int64_t sg_lo, int64_t sg_hi,
 {
     SG_SIMD
     for (int64_t i = sg_lo; i < sg_hi; ++i) {
-        const double t0 = y[i]*y[i];
-        const double t1 = exp(-t0);
-        const double t7 = sin(x[i]);
-        const double t8 = t1*t7;
-        const double t3 = x[i]*x[i];
-        const double t9 = 1.0/(1.0 + t0*t3);
-        const double t11 = 2.0*x[i];
-        const double t13 = sg_cos_f64(x[i]);
-        const double t14 = 2.0*y[i];
-        const double t20 = t14*tangent_y[i];
-        const double t21 = -t1*t20;
-        const double t22 = t11*tangent_x[i];
-        const double t23 = grad[i]*t9;
-        const double t16 = -grad[i]*t9*t9*(t0*t22 + t20*t3);
-        hvp_x[i] = grad[i]*t13*t21 + grad[i]*tangent_x[i]*(-t8 + 2.0*t0*t9) + t0*t11*t16 + t11*t20*t23;
-        hvp_y[i] = t14*(t16*t3 + t22*t23 - grad[i]*(t21*t7 + t1*t13*tangent_x[i])) + 2.0*grad[i]*tangent_y[i]*(-t8 + t3*t9);
+        const double x_y = x[i]*y[i];
+        const double t0 = (x_y == 0.0 ? 0.0 : x_y);
+        const double t0_sq = t0*t0;
+        const double exp_neg_y_sq = exp(-(y[i]*y[i]));
+        const double sin_x = sin(x[i]);
+        const double sin_x_exp_neg_y_sq = sin_x*exp_neg_y_sq;
+        const double inv_t0_sq_plus_1 = 1.0/(1.0 + t0_sq);
+        const double inv_t0_sq = 1.0/t0_sq;
+        const double t1 = (fabs(x_y) <= 1.0 ? inv_t0_sq_plus_1 : -inv_t0_sq*inv_t0_sq_plus_1);
+        const double grad_t1 = grad[i]*t1;
+        const double twice_t0 = 2.0*t0;
+        const double t2 = (grad_t1 == 0.0 ? 0.0 : twice_t0*grad_t1);
+        const double inv_abs_x = 1.0/fabs(x[i]);
+        const double sign_x = sg_sign_f64(x[i]);
+        const double cos_x = sg_cos_f64(x[i]);
+        const double inv_abs_y = 1.0/fabs(y[i]);
+        const double sign_y = sg_sign_f64(y[i]);
+        const double twice_y = 2.0*y[i];
+        const double t3 = tangent_x[i]*y[i] + tangent_y[i]*x[i];
+        const double twice_t0_t3 = twice_t0*t3;
+        const double t4 = -twice_y*exp_neg_y_sq*tangent_y[i];
+        const double t5 = inv_t0_sq_plus_1;
+        const double t6 = (fabs(x_y) <= 1.0 ? 1.0 : -inv_t0_sq);
+        const double t7 = (fabs(x_y) <= 1.0 ? 0.0 : -inv_t0_sq*t1);
+        const double t8 = (grad_t1 == 0.0 ? 0.0 : twice_t0);
+        const double t9 = (grad_t1 == 0.0 ? 0.0 : 2.0*grad_t1);
+        const double t10 = (t8 == 0.0 ? 0.0 : grad[i]*t8*((t6 == 0.0 ? 0.0 : -inv_t0_sq_plus_1*twice_t0_t3*t6*t5) + (t7 == 0.0 ? 0.0 : twice_t0_t3*t7))) + (t9 == 0.0 ? 0.0 : t3*t9);
+        const double t11 = (fabs(x_y) <= 1.0 ? 0.0 : -inv_abs_x*(fabs(x_y) <= 1.0 ? 0.0 : 2.0*sign_x*inv_abs_x));
+        const double t12 = (fabs(x_y) <= 1.0 ? 0.0 : -inv_abs_y*(fabs(x_y) <= 1.0 ? 0.0 : 2.0*sign_y*inv_abs_y));
+        hvp_x[i] = grad[i]*(t11 == 0.0 ? 0.0 : sign_x*t11*tangent_x[i]) + t10*y[i] + t2*tangent_y[i] + grad[i]*cos_x*t4 - grad[i]*sin_x_exp_neg_y_sq*tangent_x[i];
+        hvp_y[i] = grad[i]*(t12 == 0.0 ? 0.0 : sign_y*t12*tangent_y[i]) + t10*x[i] + t2*tangent_x[i] - grad[i]*twice_y*(sin_x*t4 + cos_x*exp_neg_y_sq*tangent_x[i]) - 2.0*grad[i]*sin_x_exp_neg_y_sq*tangent_y[i];
     }
 }
 
@@ -1630,7 +1694,7 @@ void blend__hvp_f64(int64_t n,
                     double *restrict hvp_x,
                     double *restrict hvp_y)
 {
-    SG_ROWS(30864, sg_rows_blend__hvp_f64, x, y, grad, tangent_x, tangent_y, hvp_x, hvp_y);
+    SG_ROWS(18656, sg_rows_blend__hvp_f64, x, y, grad, tangent_x, tangent_y, hvp_x, hvp_y);
 }
 
 /* hvp of blend [model.py:29], double: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
@@ -1650,15 +1714,19 @@ static SG_NOINLINE void sg_rows_blend__value_and_vjp_f32(int64_t sg_lo, int64_t 
 {
     SG_SIMD
     for (int64_t i = sg_lo; i < sg_hi; ++i) {
-        const float t0 = y[i]*y[i];
-        const float t1 = expf(-t0);
-        const float t2 = t1*sinf(x[i]);
-        const float t3 = x[i]*x[i];
-        const float t4 = t0*t3;
-        out[i] = t2 + log1pf(t4);  /* out = exp(-y**2)*sin(x) + log1p(x**2*y**2) */
-        const float t5 = 1.0F/(1.0F + t4);
-        grad_x[i] = grad[i]*(t1*sg_cos_f32(x[i]) + 2.0F*t0*t5*x[i]);  /* grad_x = d(out)/dx . grad */
-        grad_y[i] = 2.0F*grad[i]*y[i]*(-t2 + t3*t5);  /* grad_y = d(out)/dy . grad */
+        const float x_y = x[i]*y[i];
+        const float t0 = (x_y == 0.0F ? 0.0F : x_y);
+        const float t0_sq = t0*t0;
+        const float abs_y = fabsf(y[i]);
+        const float abs_x = fabsf(x[i]);
+        const float exp_neg_y_sq = expf(-(y[i]*y[i]));
+        const float exp_neg_y_sq_sin_x = exp_neg_y_sq*sinf(x[i]);
+        out[i] = exp_neg_y_sq_sin_x + (fabsf(x_y) <= 1.0F ? log1pf(t0_sq) : 2.0F*logf(abs_y) + 2.0F*logf(abs_x) + log1pf(1.0F/t0_sq));  /* out = exp(-y**2)*sin(x) + where(Abs(x*y) <= 1, log1p(where(Eq(x*y, 0), 0, x*y)**2), 2*log(Abs(x)) + 2*l... */
+        const float inv_t0_sq_plus_1 = 1.0F/(1.0F + t0_sq);
+        const float t1 = grad[i]*(fabsf(x_y) <= 1.0F ? inv_t0_sq_plus_1 : -inv_t0_sq_plus_1/t0_sq);
+        const float t2 = (t1 == 0.0F ? 0.0F : 2.0F*t0*t1);
+        grad_x[i] = grad[i]*(exp_neg_y_sq*sg_cos_f32(x[i]) + (fabsf(x_y) <= 1.0F ? 0.0F : 2.0F*sg_sign_f32(x[i])/abs_x)) + t2*y[i];  /* grad_x = d(out)/dx . grad */
+        grad_y[i] = grad[i]*(-2.0F*exp_neg_y_sq_sin_x*y[i] + (fabsf(x_y) <= 1.0F ? 0.0F : 2.0F*sg_sign_f32(y[i])/abs_y)) + t2*x[i];  /* grad_y = d(out)/dy . grad */
     }
 }
 
@@ -1671,7 +1739,7 @@ void blend__value_and_vjp_f32(int64_t n,
                               float *restrict grad_x,
                               float *restrict grad_y)
 {
-    SG_ROWS(84745, sg_rows_blend__value_and_vjp_f32, x, y, grad, out, grad_x, grad_y);
+    SG_ROWS(42735, sg_rows_blend__value_and_vjp_f32, x, y, grad, out, grad_x, grad_y);
 }
 
 /* value_and_vjp of blend [model.py:29], float: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
@@ -1686,24 +1754,19 @@ static SG_NOINLINE void sg_rows_blend__forward_f32(int64_t sg_lo, int64_t sg_hi,
                                                    const float *restrict y,
                                                    float *restrict out)
 {
-    /* two rows per iteration, i from the first half and j from the second (an odd count does its
-       middle row twice): their chains of math calls overlap in the CPU */
-    const int64_t sg_half = (sg_hi - sg_lo + 1)/2;
-    const int64_t sg_skip = sg_hi - sg_lo - sg_half;
     SG_SIMD
-    for (int64_t i = sg_lo; i < sg_lo + sg_half; ++i) {
-        const int64_t j = i + sg_skip;
-        const float t0 = y[i]*y[i];
-        const float t0_b = y[j]*y[j];
-        out[i] = expf(-t0)*sinf(x[i]) + log1pf(t0*x[i]*x[i]);  /* out = exp(-y**2)*sin(x) + log1p(x**2*y**2) */
-        out[j] = expf(-t0_b)*sinf(x[j]) + log1pf(t0_b*x[j]*x[j]);
+    for (int64_t i = sg_lo; i < sg_hi; ++i) {
+        const float x_y = x[i]*y[i];
+        const float t0 = (x_y == 0.0F ? 0.0F : x_y);
+        const float t0_sq = t0*t0;
+        out[i] = expf(-(y[i]*y[i]))*sinf(x[i]) + (fabsf(x_y) <= 1.0F ? log1pf(t0_sq) : 2.0F*logf(fabsf(x[i])) + 2.0F*logf(fabsf(y[i])) + log1pf(1.0F/t0_sq));  /* out = exp(-y**2)*sin(x) + where(Abs(x*y) <= 1, log1p(where(Eq(x*y, 0), 0, x*y)**2), 2*log(Abs(x)) + 2*l... */
     }
 }
 
 /* forward of blend [model.py:29], float */
 void blend__forward_f32(int64_t n, const float *restrict x, const float *restrict y, float *restrict out)
 {
-    SG_ROWS(142857, sg_rows_blend__forward_f32, x, y, out);
+    SG_ROWS(66666, sg_rows_blend__forward_f32, x, y, out);
 }
 
 /* forward of blend [model.py:29], float: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
@@ -1722,12 +1785,15 @@ static SG_NOINLINE void sg_rows_blend__vjp_f32(int64_t sg_lo, int64_t sg_hi,
 {
     SG_SIMD
     for (int64_t i = sg_lo; i < sg_hi; ++i) {
-        const float t0 = y[i]*y[i];
-        const float t1 = expf(-t0);
-        const float t3 = x[i]*x[i];
-        const float t5 = 1.0F/(1.0F + t0*t3);
-        grad_x[i] = grad[i]*(t1*sg_cos_f32(x[i]) + 2.0F*t0*t5*x[i]);  /* grad_x = d(out)/dx . grad */
-        grad_y[i] = 2.0F*grad[i]*y[i]*(t3*t5 - t1*sinf(x[i]));  /* grad_y = d(out)/dy . grad */
+        const float x_y = x[i]*y[i];
+        const float t0 = (x_y == 0.0F ? 0.0F : x_y);
+        const float t0_sq = t0*t0;
+        const float exp_neg_y_sq = expf(-(y[i]*y[i]));
+        const float inv_t0_sq_plus_1 = 1.0F/(1.0F + t0_sq);
+        const float t1 = grad[i]*(fabsf(x_y) <= 1.0F ? inv_t0_sq_plus_1 : -inv_t0_sq_plus_1/t0_sq);
+        const float t2 = (t1 == 0.0F ? 0.0F : 2.0F*t0*t1);
+        grad_x[i] = grad[i]*(exp_neg_y_sq*sg_cos_f32(x[i]) + (fabsf(x_y) <= 1.0F ? 0.0F : 2.0F*sg_sign_f32(x[i])/fabsf(x[i]))) + t2*y[i];  /* grad_x = d(out)/dx . grad */
+        grad_y[i] = grad[i]*(-2.0F*exp_neg_y_sq*y[i]*sinf(x[i]) + (fabsf(x_y) <= 1.0F ? 0.0F : 2.0F*sg_sign_f32(y[i])/fabsf(y[i]))) + t2*x[i];  /* grad_y = d(out)/dy . grad */
     }
 }
 
@@ -1739,7 +1805,7 @@ void blend__vjp_f32(int64_t n,
                     float *restrict grad_x,
                     float *restrict grad_y)
 {
-    SG_ROWS(104166, sg_rows_blend__vjp_f32, x, y, grad, grad_x, grad_y);
+    SG_ROWS(72463, sg_rows_blend__vjp_f32, x, y, grad, grad_x, grad_y);
 }
 
 /* vjp of blend [model.py:29], float: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
@@ -1759,15 +1825,17 @@ static SG_NOINLINE void sg_rows_blend__jvp_f32(int64_t sg_lo, int64_t sg_hi,
 {
     SG_SIMD
     for (int64_t i = sg_lo; i < sg_hi; ++i) {
-        const float t0 = y[i]*y[i];
-        const float t1 = expf(-t0);
-        const float t2 = t1*sinf(x[i]);
-        const float t3 = x[i]*x[i];
-        const float t4 = t0*t3;
-        out[i] = t2 + log1pf(t4);  /* out = exp(-y**2)*sin(x) + log1p(x**2*y**2) */
-        const float t6 = 2.0F*tangent_y[i]*y[i];
-        const float t5 = 1.0F/(1.0F + t4);
-        jvp_out[i] = -t2*t6 + t1*tangent_x[i]*sg_cos_f32(x[i]) + t3*t5*t6 + 2.0F*t0*t5*tangent_x[i]*x[i];
+        const float x_y = x[i]*y[i];
+        const float t0 = (x_y == 0.0F ? 0.0F : x_y);
+        const float t0_sq = t0*t0;
+        const float abs_y = fabsf(y[i]);
+        const float abs_x = fabsf(x[i]);
+        const float exp_neg_y_sq = expf(-(y[i]*y[i]));
+        const float exp_neg_y_sq_sin_x = exp_neg_y_sq*sinf(x[i]);
+        out[i] = exp_neg_y_sq_sin_x + (fabsf(x_y) <= 1.0F ? log1pf(t0_sq) : 2.0F*logf(abs_y) + 2.0F*logf(abs_x) + log1pf(1.0F/t0_sq));  /* out = exp(-y**2)*sin(x) + where(Abs(x*y) <= 1, log1p(where(Eq(x*y, 0), 0, x*y)**2), 2*log(Abs(x)) + 2*l... */
+        const float inv_t0_sq_plus_1 = 1.0F/(1.0F + t0_sq);
+        const float t1 = (fabsf(x_y) <= 1.0F ? inv_t0_sq_plus_1 : -inv_t0_sq_plus_1/t0_sq);
+        jvp_out[i] = tangent_x[i]*(fabsf(x_y) <= 1.0F ? 0.0F : 2.0F*sg_sign_f32(x[i])/abs_x) + tangent_y[i]*(fabsf(x_y) <= 1.0F ? 0.0F : 2.0F*sg_sign_f32(y[i])/abs_y) + exp_neg_y_sq*tangent_x[i]*sg_cos_f32(x[i]) - 2.0F*exp_neg_y_sq_sin_x*tangent_y[i]*y[i] + (t1 == 0.0F ? 0.0F : 2.0F*t0*t1*(tangent_x[i]*y[i] + tangent_y[i]*x[i]));
     }
 }
 
@@ -1780,7 +1848,7 @@ void blend__jvp_f32(int64_t n,
                     float *restrict out,
                     float *restrict jvp_out)
 {
-    SG_ROWS(80645, sg_rows_blend__jvp_f32, x, y, tangent_x, tangent_y, out, jvp_out);
+    SG_ROWS(41666, sg_rows_blend__jvp_f32, x, y, tangent_x, tangent_y, out, jvp_out);
 }
 
 /* jvp of blend [model.py:29], float: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
@@ -1798,15 +1866,19 @@ static SG_NOINLINE void sg_rows_blend__value_and_jacobian_f32(int64_t sg_lo, int
 {
     SG_SIMD
     for (int64_t i = sg_lo; i < sg_hi; ++i) {
-        const float t0 = y[i]*y[i];
-        const float t1 = expf(-t0);
-        const float t2 = t1*sinf(x[i]);
-        const float t3 = x[i]*x[i];
-        const float t4 = t0*t3;
-        out[i] = t2 + log1pf(t4);  /* out = exp(-y**2)*sin(x) + log1p(x**2*y**2) */
-        const float t5 = 1.0F/(1.0F + t4);
-        jacobian[i*2 + 0] = t1*sg_cos_f32(x[i]) + 2.0F*t0*t5*x[i];
-        jacobian[i*2 + 1] = 2.0F*y[i]*(-t2 + t3*t5);
+        const float x_y = x[i]*y[i];
+        const float t0 = (x_y == 0.0F ? 0.0F : x_y);
+        const float t0_sq = t0*t0;
+        const float abs_y = fabsf(y[i]);
+        const float abs_x = fabsf(x[i]);
+        const float exp_neg_y_sq = expf(-(y[i]*y[i]));
+        const float exp_neg_y_sq_sin_x = exp_neg_y_sq*sinf(x[i]);
+        out[i] = exp_neg_y_sq_sin_x + (fabsf(x_y) <= 1.0F ? log1pf(t0_sq) : 2.0F*logf(abs_y) + 2.0F*logf(abs_x) + log1pf(1.0F/t0_sq));  /* out = exp(-y**2)*sin(x) + where(Abs(x*y) <= 1, log1p(where(Eq(x*y, 0), 0, x*y)**2), 2*log(Abs(x)) + 2*l... */
+        const float inv_t0_sq_plus_1 = 1.0F/(1.0F + t0_sq);
+        const float t1 = (fabsf(x_y) <= 1.0F ? inv_t0_sq_plus_1 : -inv_t0_sq_plus_1/t0_sq);
+        const float t2 = (t1 == 0.0F ? 0.0F : 2.0F*t0*t1);
+        jacobian[i*2 + 0] = exp_neg_y_sq*sg_cos_f32(x[i]) + t2*y[i] + (fabsf(x_y) <= 1.0F ? 0.0F : 2.0F*sg_sign_f32(x[i])/abs_x);
+        jacobian[i*2 + 1] = t2*x[i] - 2.0F*exp_neg_y_sq_sin_x*y[i] + (fabsf(x_y) <= 1.0F ? 0.0F : 2.0F*sg_sign_f32(y[i])/abs_y);
     }
 }
 
@@ -1817,7 +1889,7 @@ void blend__value_and_jacobian_f32(int64_t n,
                                    float *restrict out,
                                    float *restrict jacobian)
 {
-    SG_ROWS(87719, sg_rows_blend__value_and_jacobian_f32, x, y, out, jacobian);
+    SG_ROWS(43859, sg_rows_blend__value_and_jacobian_f32, x, y, out, jacobian);
 }
 
 /* value_and_jacobian of blend [model.py:29], float: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
@@ -1836,30 +1908,48 @@ static SG_NOINLINE void sg_rows_blend__value_jacobian_hessian_f32(int64_t sg_lo,
 {
     SG_SIMD
     for (int64_t i = sg_lo; i < sg_hi; ++i) {
-        const float t0 = y[i]*y[i];
-        const float t1 = expf(-t0);
-        const float t7 = sinf(x[i]);
-        const float t8 = t1*t7;
-        const float t3 = x[i]*x[i];
-        const float t4 = t0*t3;
-        out[i] = t8 + log1pf(t4);  /* out = exp(-y**2)*sin(x) + log1p(x**2*y**2) */
-        const float t9 = 1.0F/(1.0F + t4);
-        const float t10 = -t8 + t3*t9;
-        const float t11 = t0*t9;
-        const float t12 = 2.0F*x[i];
-        const float t13 = sg_cos_f32(x[i]);
-        jacobian[i*2 + 0] = t1*t13 + t11*t12;
-        const float t14 = 2.0F*y[i];
-        jacobian[i*2 + 1] = t10*t14;
-        const float t15 = t9*t9;
-        const float t16 = t0*t12;
-        const float t17 = -t1*t14;
-        const float t18 = -t14*t15*t3;
-        const float t19 = t13*t17 + t16*t18 + t12*t14*t9;
-        hessian[i*4 + 0] = -t8 + 2.0F*t11 - t0*t12*t15*t16;
-        hessian[i*4 + 1] = t19;
-        hessian[i*4 + 2] = t19;
-        hessian[i*4 + 3] = 2.0F*t10 + t14*(t18*t3 - t17*t7);
+        const float x_y = x[i]*y[i];
+        const float t0 = (x_y == 0.0F ? 0.0F : x_y);
+        const float t0_sq = t0*t0;
+        const float abs_y = fabsf(y[i]);
+        const float abs_x = fabsf(x[i]);
+        const float exp_neg_y_sq = expf(-(y[i]*y[i]));
+        const float sin_x = sinf(x[i]);
+        const float sin_x_exp_neg_y_sq = sin_x*exp_neg_y_sq;
+        out[i] = sin_x_exp_neg_y_sq + (fabsf(x_y) <= 1.0F ? log1pf(t0_sq) : 2.0F*logf(abs_y) + 2.0F*logf(abs_x) + log1pf(1.0F/t0_sq));  /* out = exp(-y**2)*sin(x) + where(Abs(x*y) <= 1, log1p(where(Eq(x*y, 0), 0, x*y)**2), 2*log(Abs(x)) + 2*l... */
+        const float inv_t0_sq_plus_1 = 1.0F/(1.0F + t0_sq);
+        const float inv_t0_sq = 1.0F/t0_sq;
+        const float t1 = (fabsf(x_y) <= 1.0F ? inv_t0_sq_plus_1 : -inv_t0_sq_plus_1*inv_t0_sq);
+        const float twice_t0 = 2.0F*t0;
+        const float t2 = (t1 == 0.0F ? 0.0F : twice_t0*t1);
+        const float sign_x = sg_sign_f32(x[i]);
+        const float inv_abs_x = 1.0F/abs_x;
+        const float t3 = (fabsf(x_y) <= 1.0F ? 0.0F : 2.0F*sign_x*inv_abs_x);
+        const float cos_x = sg_cos_f32(x[i]);
+        jacobian[i*2 + 0] = t3 + cos_x*exp_neg_y_sq + t2*y[i];
+        const float sign_y = sg_sign_f32(y[i]);
+        const float inv_abs_y = 1.0F/abs_y;
+        const float t4 = (fabsf(x_y) <= 1.0F ? 0.0F : 2.0F*sign_y*inv_abs_y);
+        const float twice_sin_x_exp_neg_y_sq = 2.0F*sin_x_exp_neg_y_sq;
+        jacobian[i*2 + 1] = t4 + t2*x[i] - twice_sin_x_exp_neg_y_sq*y[i];
+        const float twice_t0_y = twice_t0*y[i];
+        const float t5 = inv_t0_sq_plus_1;
+        const float inv_t0_sq_plus_1_t5 = inv_t0_sq_plus_1*t5;
+        const float t6 = (fabsf(x_y) <= 1.0F ? 1.0F : -inv_t0_sq);
+        const float t7 = (fabsf(x_y) <= 1.0F ? 0.0F : -inv_t0_sq*t1);
+        const float t8 = (t1 == 0.0F ? 0.0F : twice_t0);
+        const float t9 = (t1 == 0.0F ? 0.0F : 2.0F*t1);
+        const float t10 = (fabsf(x_y) <= 1.0F ? 0.0F : -inv_abs_x*t3);
+        const float twice_t0_x = twice_t0*x[i];
+        const float twice_y = 2.0F*y[i];
+        const float neg_twice_y_exp_neg_y_sq = -twice_y*exp_neg_y_sq;
+        const float t11 = (t8 == 0.0F ? 0.0F : t8*((t6 == 0.0F ? 0.0F : -inv_t0_sq_plus_1_t5*t6*twice_t0_x) + (t7 == 0.0F ? 0.0F : t7*twice_t0_x))) + (t9 == 0.0F ? 0.0F : t9*x[i]);
+        const float t12 = (fabsf(x_y) <= 1.0F ? 0.0F : -inv_abs_y*t4);
+        const float t13 = t2 + cos_x*neg_twice_y_exp_neg_y_sq + t11*y[i];
+        hessian[i*4 + 0] = -sin_x_exp_neg_y_sq + y[i]*((t8 == 0.0F ? 0.0F : t8*((t6 == 0.0F ? 0.0F : -twice_t0_y*inv_t0_sq_plus_1_t5*t6) + (t7 == 0.0F ? 0.0F : twice_t0_y*t7))) + (t9 == 0.0F ? 0.0F : t9*y[i])) + (t10 == 0.0F ? 0.0F : sign_x*t10);
+        hessian[i*4 + 1] = t13;
+        hessian[i*4 + 2] = t13;
+        hessian[i*4 + 3] = -twice_sin_x_exp_neg_y_sq + t11*x[i] - sin_x*twice_y*neg_twice_y_exp_neg_y_sq + (t12 == 0.0F ? 0.0F : sign_y*t12);
     }
 }
 
@@ -1871,7 +1961,7 @@ void blend__value_jacobian_hessian_f32(int64_t n,
                                        float *restrict jacobian,
                                        float *restrict hessian)
 {
-    SG_ROWS(60975, sg_rows_blend__value_jacobian_hessian_f32, x, y, out, jacobian, hessian);
+    SG_ROWS(27472, sg_rows_blend__value_jacobian_hessian_f32, x, y, out, jacobian, hessian);
 }
 
 /* value_jacobian_hessian of blend [model.py:29], float: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
@@ -1892,22 +1982,37 @@ static SG_NOINLINE void sg_rows_blend__hvp_f32(int64_t sg_lo, int64_t sg_hi,
 {
     SG_SIMD
     for (int64_t i = sg_lo; i < sg_hi; ++i) {
-        const float t0 = y[i]*y[i];
-        const float t1 = expf(-t0);
-        const float t7 = sinf(x[i]);
-        const float t8 = t1*t7;
-        const float t3 = x[i]*x[i];
-        const float t9 = 1.0F/(1.0F + t0*t3);
-        const float t11 = 2.0F*x[i];
-        const float t13 = sg_cos_f32(x[i]);
-        const float t14 = 2.0F*y[i];
-        const float t20 = t14*tangent_y[i];
-        const float t21 = -t1*t20;
-        const float t22 = t11*tangent_x[i];
-        const float t23 = grad[i]*t9;
-        const float t16 = -grad[i]*t9*t9*(t0*t22 + t20*t3);
-        hvp_x[i] = grad[i]*t13*t21 + grad[i]*tangent_x[i]*(-t8 + 2.0F*t0*t9) + t0*t11*t16 + t11*t20*t23;
-        hvp_y[i] = t14*(t16*t3 + t22*t23 - grad[i]*(t21*t7 + t1*t13*tangent_x[i])) + 2.0F*grad[i]*tangent_y[i]*(-t8 + t3*t9);
+        const float x_y = x[i]*y[i];
+        const float t0 = (x_y == 0.0F ? 0.0F : x_y);
+        const float t0_sq = t0*t0;
+        const float exp_neg_y_sq = expf(-(y[i]*y[i]));
+        const float sin_x = sinf(x[i]);
+        const float sin_x_exp_neg_y_sq = sin_x*exp_neg_y_sq;
+        const float inv_t0_sq_plus_1 = 1.0F/(1.0F + t0_sq);
+        const float inv_t0_sq = 1.0F/t0_sq;
+        const float t1 = (fabsf(x_y) <= 1.0F ? inv_t0_sq_plus_1 : -inv_t0_sq*inv_t0_sq_plus_1);
+        const float grad_t1 = grad[i]*t1;
+        const float twice_t0 = 2.0F*t0;
+        const float t2 = (grad_t1 == 0.0F ? 0.0F : twice_t0*grad_t1);
+        const float inv_abs_x = 1.0F/fabsf(x[i]);
+        const float sign_x = sg_sign_f32(x[i]);
+        const float cos_x = sg_cos_f32(x[i]);
+        const float inv_abs_y = 1.0F/fabsf(y[i]);
+        const float sign_y = sg_sign_f32(y[i]);
+        const float twice_y = 2.0F*y[i];
+        const float t3 = tangent_x[i]*y[i] + tangent_y[i]*x[i];
+        const float twice_t0_t3 = twice_t0*t3;
+        const float t4 = -twice_y*exp_neg_y_sq*tangent_y[i];
+        const float t5 = inv_t0_sq_plus_1;
+        const float t6 = (fabsf(x_y) <= 1.0F ? 1.0F : -inv_t0_sq);
+        const float t7 = (fabsf(x_y) <= 1.0F ? 0.0F : -inv_t0_sq*t1);
+        const float t8 = (grad_t1 == 0.0F ? 0.0F : twice_t0);
+        const float t9 = (grad_t1 == 0.0F ? 0.0F : 2.0F*grad_t1);
+        const float t10 = (t8 == 0.0F ? 0.0F : grad[i]*t8*((t6 == 0.0F ? 0.0F : -inv_t0_sq_plus_1*twice_t0_t3*t6*t5) + (t7 == 0.0F ? 0.0F : twice_t0_t3*t7))) + (t9 == 0.0F ? 0.0F : t3*t9);
+        const float t11 = (fabsf(x_y) <= 1.0F ? 0.0F : -inv_abs_x*(fabsf(x_y) <= 1.0F ? 0.0F : 2.0F*sign_x*inv_abs_x));
+        const float t12 = (fabsf(x_y) <= 1.0F ? 0.0F : -inv_abs_y*(fabsf(x_y) <= 1.0F ? 0.0F : 2.0F*sign_y*inv_abs_y));
+        hvp_x[i] = grad[i]*(t11 == 0.0F ? 0.0F : sign_x*t11*tangent_x[i]) + t10*y[i] + t2*tangent_y[i] + grad[i]*cos_x*t4 - grad[i]*sin_x_exp_neg_y_sq*tangent_x[i];
+        hvp_y[i] = grad[i]*(t12 == 0.0F ? 0.0F : sign_y*t12*tangent_y[i]) + t10*x[i] + t2*tangent_x[i] - grad[i]*twice_y*(sin_x*t4 + cos_x*exp_neg_y_sq*tangent_x[i]) - 2.0F*grad[i]*sin_x_exp_neg_y_sq*tangent_y[i];
     }
 }
 
@@ -1921,7 +2026,7 @@ void blend__hvp_f32(int64_t n,
                     float *restrict hvp_x,
                     float *restrict hvp_y)
 {
-    SG_ROWS(61728, sg_rows_blend__hvp_f32, x, y, grad, tangent_x, tangent_y, hvp_x, hvp_y);
+    SG_ROWS(37313, sg_rows_blend__hvp_f32, x, y, grad, tangent_x, tangent_y, hvp_x, hvp_y);
 }
 
 /* hvp of blend [model.py:29], float: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
@@ -1946,7 +2051,8 @@ static SG_NOINLINE void sg_rows_gelu_tanh__value_and_vjp_f64(int64_t sg_lo, int6
         const double t1 = sqrt(2.0)/sqrt(3.141592653589793);
         const double t2 = sg_tanh_f64(t1*(x[i] + 0.044715*x[i]*x[i]*x[i]));
         out[i] = t0*(1.0 + t2);  /* out = 0.5*x*(1 + tanh(sqrt(2)*(x + 0.044715*x**3)/sqrt(pi))) */
-        grad_x[i] = grad[i]*(0.5 + 0.5*t2 + t0*t1*(1.0 - (t2*t2))*(1.0 + 0.134145*x[i]*x[i]));  /* grad_x = d(out)/dx . grad */
+        const double t2_sq = t2*t2;
+        grad_x[i] = grad[i]*(0.5 + 0.5*t2 + (t2_sq == 1.0 ? 0.0 : t0*t1*(1.0 - t2_sq)*(1.0 + 0.134145*x[i]*x[i])));  /* grad_x = d(out)/dx . grad */
     }
 }
 
@@ -1957,7 +2063,7 @@ void gelu_tanh__value_and_vjp_f64(int64_t n,
                                   double *restrict out,
                                   double *restrict grad_x)
 {
-    SG_ROWS(73529, sg_rows_gelu_tanh__value_and_vjp_f64, x, grad, out, grad_x);
+    SG_ROWS(71428, sg_rows_gelu_tanh__value_and_vjp_f64, x, grad, out, grad_x);
 }
 
 /* value_and_vjp of gelu_tanh [model.py:34], double: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
@@ -1997,9 +2103,10 @@ static SG_NOINLINE void sg_rows_gelu_tanh__vjp_f64(int64_t sg_lo, int64_t sg_hi,
 {
     SG_SIMD
     for (int64_t i = sg_lo; i < sg_hi; ++i) {
-        const double t1 = sqrt(2.0)/sqrt(3.141592653589793);
-        const double t2 = sg_tanh_f64(t1*(x[i] + 0.044715*x[i]*x[i]*x[i]));
-        grad_x[i] = grad[i]*(0.5 + 0.5*t2 + 0.5*t1*x[i]*(1.0 - (t2*t2))*(1.0 + 0.134145*x[i]*x[i]));  /* grad_x = d(out)/dx . grad */
+        const double t0 = sqrt(2.0)/sqrt(3.141592653589793);
+        const double t1 = sg_tanh_f64(t0*(x[i] + 0.044715*x[i]*x[i]*x[i]));
+        const double t1_sq = t1*t1;
+        grad_x[i] = grad[i]*(0.5 + 0.5*t1 + (t1_sq == 1.0 ? 0.0 : 0.5*t0*x[i]*(1.0 - t1_sq)*(1.0 + 0.134145*x[i]*x[i])));  /* grad_x = d(out)/dx . grad */
     }
 }
 
@@ -2009,7 +2116,7 @@ void gelu_tanh__vjp_f64(int64_t n,
                         const double *restrict grad,
                         double *restrict grad_x)
 {
-    SG_ROWS(78125, sg_rows_gelu_tanh__vjp_f64, x, grad, grad_x);
+    SG_ROWS(75757, sg_rows_gelu_tanh__vjp_f64, x, grad, grad_x);
 }
 
 /* vjp of gelu_tanh [model.py:34], double: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
@@ -2031,7 +2138,8 @@ static SG_NOINLINE void sg_rows_gelu_tanh__jvp_f64(int64_t sg_lo, int64_t sg_hi,
         const double t1 = sqrt(2.0)/sqrt(3.141592653589793);
         const double t2 = sg_tanh_f64(t1*(x[i] + 0.044715*x[i]*x[i]*x[i]));
         out[i] = t0*(1.0 + t2);  /* out = 0.5*x*(1 + tanh(sqrt(2)*(x + 0.044715*x**3)/sqrt(pi))) */
-        jvp_out[i] = tangent_x[i]*(0.5 + 0.5*t2 + t0*t1*(1.0 - (t2*t2))*(1.0 + 0.134145*x[i]*x[i]));
+        const double t2_sq = t2*t2;
+        jvp_out[i] = tangent_x[i]*(0.5 + 0.5*t2 + (t2_sq == 1.0 ? 0.0 : t0*t1*(1.0 - t2_sq)*(1.0 + 0.134145*x[i]*x[i])));
     }
 }
 
@@ -2042,7 +2150,7 @@ void gelu_tanh__jvp_f64(int64_t n,
                         double *restrict out,
                         double *restrict jvp_out)
 {
-    SG_ROWS(73529, sg_rows_gelu_tanh__jvp_f64, x, tangent_x, out, jvp_out);
+    SG_ROWS(71428, sg_rows_gelu_tanh__jvp_f64, x, tangent_x, out, jvp_out);
 }
 
 /* jvp of gelu_tanh [model.py:34], double: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
@@ -2063,7 +2171,8 @@ static SG_NOINLINE void sg_rows_gelu_tanh__value_and_jacobian_f64(int64_t sg_lo,
         const double t1 = sqrt(2.0)/sqrt(3.141592653589793);
         const double t2 = sg_tanh_f64(t1*(x[i] + 0.044715*x[i]*x[i]*x[i]));
         out[i] = t0*(1.0 + t2);  /* out = 0.5*x*(1 + tanh(sqrt(2)*(x + 0.044715*x**3)/sqrt(pi))) */
-        jacobian[i] = 0.5 + 0.5*t2 + t0*t1*(1.0 - (t2*t2))*(1.0 + 0.134145*x[i]*x[i]);
+        const double t2_sq = t2*t2;
+        jacobian[i] = 0.5 + 0.5*t2 + (t2_sq == 1.0 ? 0.0 : t0*t1*(1.0 - t2_sq)*(1.0 + 0.134145*x[i]*x[i]));
     }
 }
 
@@ -2073,7 +2182,7 @@ void gelu_tanh__value_and_jacobian_f64(int64_t n,
                                        double *restrict out,
                                        double *restrict jacobian)
 {
-    SG_ROWS(75757, sg_rows_gelu_tanh__value_and_jacobian_f64, x, out, jacobian);
+    SG_ROWS(73529, sg_rows_gelu_tanh__value_and_jacobian_f64, x, out, jacobian);
 }
 
 /* value_and_jacobian of gelu_tanh [model.py:34], double: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
@@ -2093,13 +2202,18 @@ static SG_NOINLINE void sg_rows_gelu_tanh__value_jacobian_hessian_f64(int64_t sg
     for (int64_t i = sg_lo; i < sg_hi; ++i) {
         const double t0 = 0.5*x[i];
         const double t1 = sqrt(2.0)/sqrt(3.141592653589793);
-        const double t3 = sg_tanh_f64(t1*(x[i] + 0.044715*x[i]*x[i]*x[i]));
-        out[i] = t0*(1.0 + t3);  /* out = 0.5*x*(1 + tanh(sqrt(2)*(x + 0.044715*x**3)/sqrt(pi))) */
-        const double t4 = t1*(1.0 + 0.134145*x[i]*x[i]);
-        const double t5 = 1.0 - (t3*t3);
-        const double t6 = t4*t5;
-        jacobian[i] = 0.5 + 0.5*t3 + t0*t6;
-        hessian[i] = 0.5*t6 + t4*(1.0 - (t3*t3))*(0.5 - 2.0*t0*t3*t4) + 0.26829*t0*t1*t5*x[i];
+        const double t2 = sg_tanh_f64(t1*(x[i] + 0.044715*x[i]*x[i]*x[i]));
+        out[i] = t0*(1.0 + t2);  /* out = 0.5*x*(1 + tanh(sqrt(2)*(x + 0.044715*x**3)/sqrt(pi))) */
+        const double t2_sq = t2*t2;
+        const double t3 = t1*(1.0 + 0.134145*x[i]*x[i]);
+        const double neg_t2_sq_plus_1 = 1.0 - t2_sq;
+        const double t3_neg_t2_sq_plus_1 = t3*neg_t2_sq_plus_1;
+        jacobian[i] = 0.5 + 0.5*t2 + (t2_sq == 1.0 ? 0.0 : t0*t3_neg_t2_sq_plus_1);
+        const double t2_sq_1 = t2*t2;
+        const double t4 = (t2_sq_1 == 1.0 ? 0.0 : t3*(1.0 - t2_sq_1));
+        const double t5 = (t2_sq == 1.0 ? 0.0 : t3_neg_t2_sq_plus_1);
+        const double t6 = (t2_sq == 1.0 ? 0.0 : -t0*t3);
+        hessian[i] = 0.5*t4 + (t5 == 0.0 ? 0.0 : 0.5*t5) + (t6 == 0.0 ? 0.0 : 2.0*t6*t2*t4) + (t2_sq == 1.0 ? 0.0 : 0.26829*t0*t1*neg_t2_sq_plus_1*x[i]);
     }
 }
 
@@ -2110,7 +2224,7 @@ void gelu_tanh__value_jacobian_hessian_f64(int64_t n,
                                            double *restrict jacobian,
                                            double *restrict hessian)
 {
-    SG_ROWS(52083, sg_rows_gelu_tanh__value_jacobian_hessian_f64, x, out, jacobian, hessian);
+    SG_ROWS(43859, sg_rows_gelu_tanh__value_jacobian_hessian_f64, x, out, jacobian, hessian);
 }
 
 /* value_jacobian_hessian of gelu_tanh [model.py:34], double: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
@@ -2130,10 +2244,15 @@ static SG_NOINLINE void sg_rows_gelu_tanh__hvp_f64(int64_t sg_lo, int64_t sg_hi,
     for (int64_t i = sg_lo; i < sg_hi; ++i) {
         const double t0 = 0.5*x[i];
         const double t1 = sqrt(2.0)/sqrt(3.141592653589793);
-        const double t3 = sg_tanh_f64(t1*(x[i] + 0.044715*x[i]*x[i]*x[i]));
-        const double t6 = t1*(1.0 + 0.134145*x[i]*x[i]);
-        const double t7 = grad[i]*(1.0 - (t3*t3));
-        hvp_x[i] = 0.5*t6*t7*tangent_x[i] + grad[i]*t6*tangent_x[i]*(1.0 - (t3*t3))*(0.5 - 2.0*t0*t3*t6) + 0.26829*t0*t1*t7*tangent_x[i]*x[i];
+        const double t2 = sg_tanh_f64(t1*(x[i] + 0.044715*x[i]*x[i]*x[i]));
+        const double t2_sq = t2*t2;
+        const double t3 = t1*(1.0 + 0.134145*x[i]*x[i]);
+        const double neg_t2_sq_plus_1 = 1.0 - t2_sq;
+        const double t2_sq_1 = t2*t2;
+        const double t4 = tangent_x[i]*(t2_sq_1 == 1.0 ? 0.0 : t3*(1.0 - t2_sq_1));
+        const double t5 = (t2_sq == 1.0 ? 0.0 : neg_t2_sq_plus_1*t3);
+        const double t6 = (t2_sq == 1.0 ? 0.0 : -t0*t3);
+        hvp_x[i] = grad[i]*(tangent_x[i]*(t2_sq == 1.0 ? 0.0 : 0.26829*t0*t1*neg_t2_sq_plus_1*x[i]) + (t5 == 0.0 ? 0.0 : 0.5*t5*tangent_x[i]) + (t6 == 0.0 ? 0.0 : 2.0*t4*t6*t2)) + 0.5*grad[i]*t4;
     }
 }
 
@@ -2144,7 +2263,7 @@ void gelu_tanh__hvp_f64(int64_t n,
                         const double *restrict tangent_x,
                         double *restrict hvp_x)
 {
-    SG_ROWS(53191, sg_rows_gelu_tanh__hvp_f64, x, grad, tangent_x, hvp_x);
+    SG_ROWS(45454, sg_rows_gelu_tanh__hvp_f64, x, grad, tangent_x, hvp_x);
 }
 
 /* hvp of gelu_tanh [model.py:34], double: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
@@ -2174,9 +2293,11 @@ static SG_NOINLINE void sg_rows_gelu_tanh__value_and_vjp_f32(int64_t sg_lo, int6
         const float t2 = tanhf(t1*(x[i] + 0.044715F*x[i]*x[i]*x[i]));
         const float t2_b = tanhf(t1_b*(x[j] + 0.044715F*x[j]*x[j]*x[j]));
         out[i] = t0*(1.0F + t2);  /* out = 0.5*x*(1 + tanh(sqrt(2)*(x + 0.044715*x**3)/sqrt(pi))) */
-        grad_x[i] = grad[i]*(0.5F + 0.5F*t2 + t0*t1*(1.0F - (t2*t2))*(1.0F + 0.134145F*x[i]*x[i]));  /* grad_x = d(out)/dx . grad */
         out[j] = t0_b*(1.0F + t2_b);
-        grad_x[j] = grad[j]*(0.5F + 0.5F*t2_b + t0_b*t1_b*(1.0F - (t2_b*t2_b))*(1.0F + 0.134145F*x[j]*x[j]));
+        const float t2_sq = t2*t2;
+        const float t2_sq_b = t2_b*t2_b;
+        grad_x[i] = grad[i]*(0.5F + 0.5F*t2 + (t2_sq == 1.0F ? 0.0F : t0*t1*(1.0F - t2_sq)*(1.0F + 0.134145F*x[i]*x[i])));  /* grad_x = d(out)/dx . grad */
+        grad_x[j] = grad[j]*(0.5F + 0.5F*t2_b + (t2_sq_b == 1.0F ? 0.0F : t0_b*t1_b*(1.0F - t2_sq_b)*(1.0F + 0.134145F*x[j]*x[j])));
     }
 }
 
@@ -2187,7 +2308,7 @@ void gelu_tanh__value_and_vjp_f32(int64_t n,
                                   float *restrict out,
                                   float *restrict grad_x)
 {
-    SG_ROWS(147058, sg_rows_gelu_tanh__value_and_vjp_f32, x, grad, out, grad_x);
+    SG_ROWS(142857, sg_rows_gelu_tanh__value_and_vjp_f32, x, grad, out, grad_x);
 }
 
 /* value_and_vjp of gelu_tanh [model.py:34], float: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
@@ -2238,12 +2359,14 @@ static SG_NOINLINE void sg_rows_gelu_tanh__vjp_f32(int64_t sg_lo, int64_t sg_hi,
     SG_SIMD
     for (int64_t i = sg_lo; i < sg_lo + sg_half; ++i) {
         const int64_t j = i + sg_skip;
-        const float t1 = sqrtf(2.0F)/sqrtf(3.1415927F);
-        const float t1_b = sqrtf(2.0F)/sqrtf(3.1415927F);
-        const float t2 = tanhf(t1*(x[i] + 0.044715F*x[i]*x[i]*x[i]));
-        const float t2_b = tanhf(t1_b*(x[j] + 0.044715F*x[j]*x[j]*x[j]));
-        grad_x[i] = grad[i]*(0.5F + 0.5F*t2 + 0.5F*t1*x[i]*(1.0F - (t2*t2))*(1.0F + 0.134145F*x[i]*x[i]));  /* grad_x = d(out)/dx . grad */
-        grad_x[j] = grad[j]*(0.5F + 0.5F*t2_b + 0.5F*t1_b*x[j]*(1.0F - (t2_b*t2_b))*(1.0F + 0.134145F*x[j]*x[j]));
+        const float t0 = sqrtf(2.0F)/sqrtf(3.1415927F);
+        const float t0_b = sqrtf(2.0F)/sqrtf(3.1415927F);
+        const float t1 = tanhf(t0*(x[i] + 0.044715F*x[i]*x[i]*x[i]));
+        const float t1_b = tanhf(t0_b*(x[j] + 0.044715F*x[j]*x[j]*x[j]));
+        const float t1_sq = t1*t1;
+        const float t1_sq_b = t1_b*t1_b;
+        grad_x[i] = grad[i]*(0.5F + 0.5F*t1 + (t1_sq == 1.0F ? 0.0F : 0.5F*t0*x[i]*(1.0F - t1_sq)*(1.0F + 0.134145F*x[i]*x[i])));  /* grad_x = d(out)/dx . grad */
+        grad_x[j] = grad[j]*(0.5F + 0.5F*t1_b + (t1_sq_b == 1.0F ? 0.0F : 0.5F*t0_b*x[j]*(1.0F - t1_sq_b)*(1.0F + 0.134145F*x[j]*x[j])));
     }
 }
 
@@ -2253,7 +2376,7 @@ void gelu_tanh__vjp_f32(int64_t n,
                         const float *restrict grad,
                         float *restrict grad_x)
 {
-    SG_ROWS(156250, sg_rows_gelu_tanh__vjp_f32, x, grad, grad_x);
+    SG_ROWS(151515, sg_rows_gelu_tanh__vjp_f32, x, grad, grad_x);
 }
 
 /* vjp of gelu_tanh [model.py:34], float: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
@@ -2283,9 +2406,11 @@ static SG_NOINLINE void sg_rows_gelu_tanh__jvp_f32(int64_t sg_lo, int64_t sg_hi,
         const float t2 = tanhf(t1*(x[i] + 0.044715F*x[i]*x[i]*x[i]));
         const float t2_b = tanhf(t1_b*(x[j] + 0.044715F*x[j]*x[j]*x[j]));
         out[i] = t0*(1.0F + t2);  /* out = 0.5*x*(1 + tanh(sqrt(2)*(x + 0.044715*x**3)/sqrt(pi))) */
-        jvp_out[i] = tangent_x[i]*(0.5F + 0.5F*t2 + t0*t1*(1.0F - (t2*t2))*(1.0F + 0.134145F*x[i]*x[i]));
         out[j] = t0_b*(1.0F + t2_b);
-        jvp_out[j] = tangent_x[j]*(0.5F + 0.5F*t2_b + t0_b*t1_b*(1.0F - (t2_b*t2_b))*(1.0F + 0.134145F*x[j]*x[j]));
+        const float t2_sq = t2*t2;
+        const float t2_sq_b = t2_b*t2_b;
+        jvp_out[i] = tangent_x[i]*(0.5F + 0.5F*t2 + (t2_sq == 1.0F ? 0.0F : t0*t1*(1.0F - t2_sq)*(1.0F + 0.134145F*x[i]*x[i])));
+        jvp_out[j] = tangent_x[j]*(0.5F + 0.5F*t2_b + (t2_sq_b == 1.0F ? 0.0F : t0_b*t1_b*(1.0F - t2_sq_b)*(1.0F + 0.134145F*x[j]*x[j])));
     }
 }
 
@@ -2296,7 +2421,7 @@ void gelu_tanh__jvp_f32(int64_t n,
                         float *restrict out,
                         float *restrict jvp_out)
 {
-    SG_ROWS(147058, sg_rows_gelu_tanh__jvp_f32, x, tangent_x, out, jvp_out);
+    SG_ROWS(142857, sg_rows_gelu_tanh__jvp_f32, x, tangent_x, out, jvp_out);
 }
 
 /* jvp of gelu_tanh [model.py:34], float: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
@@ -2325,9 +2450,11 @@ static SG_NOINLINE void sg_rows_gelu_tanh__value_and_jacobian_f32(int64_t sg_lo,
         const float t2 = tanhf(t1*(x[i] + 0.044715F*x[i]*x[i]*x[i]));
         const float t2_b = tanhf(t1_b*(x[j] + 0.044715F*x[j]*x[j]*x[j]));
         out[i] = t0*(1.0F + t2);  /* out = 0.5*x*(1 + tanh(sqrt(2)*(x + 0.044715*x**3)/sqrt(pi))) */
-        jacobian[i] = 0.5F + 0.5F*t2 + t0*t1*(1.0F - (t2*t2))*(1.0F + 0.134145F*x[i]*x[i]);
         out[j] = t0_b*(1.0F + t2_b);
-        jacobian[j] = 0.5F + 0.5F*t2_b + t0_b*t1_b*(1.0F - (t2_b*t2_b))*(1.0F + 0.134145F*x[j]*x[j]);
+        const float t2_sq = t2*t2;
+        const float t2_sq_b = t2_b*t2_b;
+        jacobian[i] = 0.5F + 0.5F*t2 + (t2_sq == 1.0F ? 0.0F : t0*t1*(1.0F - t2_sq)*(1.0F + 0.134145F*x[i]*x[i]));
+        jacobian[j] = 0.5F + 0.5F*t2_b + (t2_sq_b == 1.0F ? 0.0F : t0_b*t1_b*(1.0F - t2_sq_b)*(1.0F + 0.134145F*x[j]*x[j]));
     }
 }
 
@@ -2337,7 +2464,7 @@ void gelu_tanh__value_and_jacobian_f32(int64_t n,
                                        float *restrict out,
                                        float *restrict jacobian)
 {
-    SG_ROWS(151515, sg_rows_gelu_tanh__value_and_jacobian_f32, x, out, jacobian);
+    SG_ROWS(147058, sg_rows_gelu_tanh__value_and_jacobian_f32, x, out, jacobian);
 }
 
 /* value_and_jacobian of gelu_tanh [model.py:34], float: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
@@ -2357,13 +2484,18 @@ static SG_NOINLINE void sg_rows_gelu_tanh__value_jacobian_hessian_f32(int64_t sg
     for (int64_t i = sg_lo; i < sg_hi; ++i) {
         const float t0 = 0.5F*x[i];
         const float t1 = sqrtf(2.0F)/sqrtf(3.1415927F);
-        const float t3 = tanhf(t1*(x[i] + 0.044715F*x[i]*x[i]*x[i]));
-        out[i] = t0*(1.0F + t3);  /* out = 0.5*x*(1 + tanh(sqrt(2)*(x + 0.044715*x**3)/sqrt(pi))) */
-        const float t4 = t1*(1.0F + 0.134145F*x[i]*x[i]);
-        const float t5 = 1.0F - (t3*t3);
-        const float t6 = t4*t5;
-        jacobian[i] = 0.5F + 0.5F*t3 + t0*t6;
-        hessian[i] = 0.5F*t6 + t4*(1.0F - (t3*t3))*(0.5F - 2.0F*t0*t3*t4) + 0.26829F*t0*t1*t5*x[i];
+        const float t2 = tanhf(t1*(x[i] + 0.044715F*x[i]*x[i]*x[i]));
+        out[i] = t0*(1.0F + t2);  /* out = 0.5*x*(1 + tanh(sqrt(2)*(x + 0.044715*x**3)/sqrt(pi))) */
+        const float t2_sq = t2*t2;
+        const float t3 = t1*(1.0F + 0.134145F*x[i]*x[i]);
+        const float neg_t2_sq_plus_1 = 1.0F - t2_sq;
+        const float t3_neg_t2_sq_plus_1 = t3*neg_t2_sq_plus_1;
+        jacobian[i] = 0.5F + 0.5F*t2 + (t2_sq == 1.0F ? 0.0F : t0*t3_neg_t2_sq_plus_1);
+        const float t2_sq_1 = t2*t2;
+        const float t4 = (t2_sq_1 == 1.0F ? 0.0F : t3*(1.0F - t2_sq_1));
+        const float t5 = (t2_sq == 1.0F ? 0.0F : t3_neg_t2_sq_plus_1);
+        const float t6 = (t2_sq == 1.0F ? 0.0F : -t0*t3);
+        hessian[i] = 0.5F*t4 + (t5 == 0.0F ? 0.0F : 0.5F*t5) + (t6 == 0.0F ? 0.0F : 2.0F*t6*t2*t4) + (t2_sq == 1.0F ? 0.0F : 0.26829F*t0*t1*neg_t2_sq_plus_1*x[i]);
     }
 }
 
@@ -2374,7 +2506,7 @@ void gelu_tanh__value_jacobian_hessian_f32(int64_t n,
                                            float *restrict jacobian,
                                            float *restrict hessian)
 {
-    SG_ROWS(104166, sg_rows_gelu_tanh__value_jacobian_hessian_f32, x, out, jacobian, hessian);
+    SG_ROWS(87719, sg_rows_gelu_tanh__value_jacobian_hessian_f32, x, out, jacobian, hessian);
 }
 
 /* value_jacobian_hessian of gelu_tanh [model.py:34], float: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
@@ -2394,10 +2526,15 @@ static SG_NOINLINE void sg_rows_gelu_tanh__hvp_f32(int64_t sg_lo, int64_t sg_hi,
     for (int64_t i = sg_lo; i < sg_hi; ++i) {
         const float t0 = 0.5F*x[i];
         const float t1 = sqrtf(2.0F)/sqrtf(3.1415927F);
-        const float t3 = tanhf(t1*(x[i] + 0.044715F*x[i]*x[i]*x[i]));
-        const float t6 = t1*(1.0F + 0.134145F*x[i]*x[i]);
-        const float t7 = grad[i]*(1.0F - (t3*t3));
-        hvp_x[i] = 0.5F*t6*t7*tangent_x[i] + grad[i]*t6*tangent_x[i]*(1.0F - (t3*t3))*(0.5F - 2.0F*t0*t3*t6) + 0.26829F*t0*t1*t7*tangent_x[i]*x[i];
+        const float t2 = tanhf(t1*(x[i] + 0.044715F*x[i]*x[i]*x[i]));
+        const float t2_sq = t2*t2;
+        const float t3 = t1*(1.0F + 0.134145F*x[i]*x[i]);
+        const float neg_t2_sq_plus_1 = 1.0F - t2_sq;
+        const float t2_sq_1 = t2*t2;
+        const float t4 = tangent_x[i]*(t2_sq_1 == 1.0F ? 0.0F : t3*(1.0F - t2_sq_1));
+        const float t5 = (t2_sq == 1.0F ? 0.0F : neg_t2_sq_plus_1*t3);
+        const float t6 = (t2_sq == 1.0F ? 0.0F : -t0*t3);
+        hvp_x[i] = grad[i]*(tangent_x[i]*(t2_sq == 1.0F ? 0.0F : 0.26829F*t0*t1*neg_t2_sq_plus_1*x[i]) + (t5 == 0.0F ? 0.0F : 0.5F*t5*tangent_x[i]) + (t6 == 0.0F ? 0.0F : 2.0F*t4*t6*t2)) + 0.5F*grad[i]*t4;
     }
 }
 
@@ -2408,7 +2545,7 @@ void gelu_tanh__hvp_f32(int64_t n,
                         const float *restrict tangent_x,
                         float *restrict hvp_x)
 {
-    SG_ROWS(106382, sg_rows_gelu_tanh__hvp_f32, x, grad, tangent_x, hvp_x);
+    SG_ROWS(90909, sg_rows_gelu_tanh__hvp_f32, x, grad, tangent_x, hvp_x);
 }
 
 /* hvp of gelu_tanh [model.py:34], float: the arguments as pointers p[0], p[1], ... (symgrad's direct call) */
@@ -2435,13 +2572,13 @@ static SG_NOINLINE void sg_rows_polar__value_and_vjp_f64(int64_t sg_lo, int64_t 
 {
     SG_SIMD
     for (int64_t i = sg_lo; i < sg_hi; ++i) {
-        const double t0 = sg_cos_f64(theta[i]);
-        out0[i] = r[i]*t0;  /* out0 = r*cos(theta) */
-        const double t1 = sin(theta[i]);
-        const double t2 = r[i]*t1;
-        out1[i] = t2;  /* out1 = r*sin(theta) */
-        grad_r[i] = grad_out0[i]*t0 + grad_out1[i]*t1;  /* grad_r = d(out0, out1)/dr . grad */
-        grad_theta[i] = -grad_out0[i]*t2 + grad_out1[i]*r[i]*t0;  /* grad_theta = d(out0, out1)/dtheta . grad */
+        const double cos_theta = sg_cos_f64(theta[i]);
+        out0[i] = r[i]*cos_theta;  /* out0 = r*cos(theta) */
+        const double sin_theta = sin(theta[i]);
+        const double r_sin_theta = r[i]*sin_theta;
+        out1[i] = r_sin_theta;  /* out1 = r*sin(theta) */
+        grad_r[i] = grad_out0[i]*cos_theta + grad_out1[i]*sin_theta;  /* grad_r = d(out0, out1)/dr . grad */
+        grad_theta[i] = -grad_out0[i]*r_sin_theta + grad_out1[i]*r[i]*cos_theta;  /* grad_theta = d(out0, out1)/dtheta . grad */
     }
 }
 
@@ -2506,10 +2643,10 @@ static SG_NOINLINE void sg_rows_polar__vjp_f64(int64_t sg_lo, int64_t sg_hi,
 {
     SG_SIMD
     for (int64_t i = sg_lo; i < sg_hi; ++i) {
-        const double t0 = sg_cos_f64(theta[i]);
-        const double t1 = sin(theta[i]);
-        grad_r[i] = grad_out0[i]*t0 + grad_out1[i]*t1;  /* grad_r = d(out0, out1)/dr . grad */
-        grad_theta[i] = grad_out1[i]*r[i]*t0 - grad_out0[i]*r[i]*t1;  /* grad_theta = d(out0, out1)/dtheta . grad */
+        const double cos_theta = sg_cos_f64(theta[i]);
+        const double sin_theta = sin(theta[i]);
+        grad_r[i] = grad_out0[i]*cos_theta + grad_out1[i]*sin_theta;  /* grad_r = d(out0, out1)/dr . grad */
+        grad_theta[i] = grad_out1[i]*r[i]*cos_theta - grad_out0[i]*r[i]*sin_theta;  /* grad_theta = d(out0, out1)/dtheta . grad */
     }
 }
 
@@ -2544,14 +2681,14 @@ static SG_NOINLINE void sg_rows_polar__jvp_f64(int64_t sg_lo, int64_t sg_hi,
 {
     SG_SIMD
     for (int64_t i = sg_lo; i < sg_hi; ++i) {
-        const double t0 = sg_cos_f64(theta[i]);
-        const double t1 = r[i]*t0;
-        out0[i] = t1;  /* out0 = r*cos(theta) */
-        const double t2 = sin(theta[i]);
-        const double t3 = r[i]*t2;
-        out1[i] = t3;  /* out1 = r*sin(theta) */
-        jvp_out0[i] = t0*tangent_r[i] - t3*tangent_theta[i];
-        jvp_out1[i] = t1*tangent_theta[i] + t2*tangent_r[i];
+        const double cos_theta = sg_cos_f64(theta[i]);
+        const double r_cos_theta = r[i]*cos_theta;
+        out0[i] = r_cos_theta;  /* out0 = r*cos(theta) */
+        const double sin_theta = sin(theta[i]);
+        const double r_sin_theta = r[i]*sin_theta;
+        out1[i] = r_sin_theta;  /* out1 = r*sin(theta) */
+        jvp_out0[i] = cos_theta*tangent_r[i] - r_sin_theta*tangent_theta[i];
+        jvp_out1[i] = r_cos_theta*tangent_theta[i] + sin_theta*tangent_r[i];
     }
 }
 
@@ -2585,16 +2722,16 @@ static SG_NOINLINE void sg_rows_polar__value_and_jacobian_f64(int64_t sg_lo, int
 {
     SG_SIMD
     for (int64_t i = sg_lo; i < sg_hi; ++i) {
-        const double t0 = sg_cos_f64(theta[i]);
-        const double t1 = r[i]*t0;
-        out0[i] = t1;  /* out0 = r*cos(theta) */
-        const double t2 = sin(theta[i]);
-        const double t3 = r[i]*t2;
-        out1[i] = t3;  /* out1 = r*sin(theta) */
-        jacobian[i*4 + 0] = t0;
-        jacobian[i*4 + 1] = -t3;
-        jacobian[i*4 + 2] = t2;
-        jacobian[i*4 + 3] = t1;
+        const double cos_theta = sg_cos_f64(theta[i]);
+        const double r_cos_theta = r[i]*cos_theta;
+        out0[i] = r_cos_theta;  /* out0 = r*cos(theta) */
+        const double sin_theta = sin(theta[i]);
+        const double r_sin_theta = r[i]*sin_theta;
+        out1[i] = r_sin_theta;  /* out1 = r*sin(theta) */
+        jacobian[i*4 + 0] = cos_theta;
+        jacobian[i*4 + 1] = -r_sin_theta;
+        jacobian[i*4 + 2] = sin_theta;
+        jacobian[i*4 + 3] = r_cos_theta;
     }
 }
 
@@ -2626,25 +2763,25 @@ static SG_NOINLINE void sg_rows_polar__value_jacobian_hessian_f64(int64_t sg_lo,
 {
     SG_SIMD
     for (int64_t i = sg_lo; i < sg_hi; ++i) {
-        const double t4 = sg_cos_f64(theta[i]);
-        const double t1 = r[i]*t4;
-        out0[i] = t1;  /* out0 = r*cos(theta) */
-        const double t5 = sin(theta[i]);
-        const double t3 = r[i]*t5;
-        out1[i] = t3;  /* out1 = r*sin(theta) */
-        jacobian[i*4 + 0] = t4;
-        jacobian[i*4 + 1] = -t3;
-        jacobian[i*4 + 2] = t5;
-        jacobian[i*4 + 3] = t1;
-        const double t6 = -t5;
+        const double cos_theta = sg_cos_f64(theta[i]);
+        const double r_cos_theta = r[i]*cos_theta;
+        out0[i] = r_cos_theta;  /* out0 = r*cos(theta) */
+        const double sin_theta = sin(theta[i]);
+        const double r_sin_theta = r[i]*sin_theta;
+        out1[i] = r_sin_theta;  /* out1 = r*sin(theta) */
+        jacobian[i*4 + 0] = cos_theta;
+        jacobian[i*4 + 1] = -r_sin_theta;
+        jacobian[i*4 + 2] = sin_theta;
+        jacobian[i*4 + 3] = r_cos_theta;
+        const double neg_sin_theta = -sin_theta;
         hessian[i*8 + 0] = 0.0;
-        hessian[i*8 + 1] = t6;
-        hessian[i*8 + 2] = t6;
-        hessian[i*8 + 3] = -r[i]*t4;
+        hessian[i*8 + 1] = neg_sin_theta;
+        hessian[i*8 + 2] = neg_sin_theta;
+        hessian[i*8 + 3] = -r[i]*cos_theta;
         hessian[i*8 + 4] = 0.0;
-        hessian[i*8 + 5] = t4;
-        hessian[i*8 + 6] = t4;
-        hessian[i*8 + 7] = r[i]*t6;
+        hessian[i*8 + 5] = cos_theta;
+        hessian[i*8 + 6] = cos_theta;
+        hessian[i*8 + 7] = r[i]*neg_sin_theta;
     }
 }
 
@@ -2679,12 +2816,12 @@ static SG_NOINLINE void sg_rows_polar__hvp_f64(int64_t sg_lo, int64_t sg_hi,
 {
     SG_SIMD
     for (int64_t i = sg_lo; i < sg_hi; ++i) {
-        const double t3 = sg_cos_f64(theta[i]);
-        const double t5 = sin(theta[i]);
-        const double t7 = -t5*tangent_theta[i];
-        const double t8 = t3*tangent_theta[i];
-        hvp_r[i] = grad_out0[i]*t7 + grad_out1[i]*t8;
-        hvp_theta[i] = -grad_out0[i]*(r[i]*t8 + t5*tangent_r[i]) + grad_out1[i]*r[i]*t7 + grad_out1[i]*t3*tangent_r[i];
+        const double cos_theta = sg_cos_f64(theta[i]);
+        const double sin_theta = sin(theta[i]);
+        const double t0 = -sin_theta*tangent_theta[i];
+        const double cos_theta_tangent_theta = cos_theta*tangent_theta[i];
+        hvp_r[i] = grad_out0[i]*t0 + grad_out1[i]*cos_theta_tangent_theta;
+        hvp_theta[i] = -grad_out0[i]*(r[i]*cos_theta_tangent_theta + sin_theta*tangent_r[i]) + grad_out1[i]*r[i]*t0 + grad_out1[i]*cos_theta*tangent_r[i];
     }
 }
 
@@ -2726,20 +2863,20 @@ static SG_NOINLINE void sg_rows_polar__value_and_vjp_f32(int64_t sg_lo, int64_t 
     SG_SIMD
     for (int64_t i = sg_lo; i < sg_lo + sg_half; ++i) {
         const int64_t j = i + sg_skip;
-        const float t0 = sg_cos_f32(theta[i]);
-        const float t0_b = sg_cos_f32(theta[j]);
-        out0[i] = r[i]*t0;  /* out0 = r*cos(theta) */
-        out0[j] = r[j]*t0_b;
-        const float t1 = sinf(theta[i]);
-        const float t1_b = sinf(theta[j]);
-        const float t2 = r[i]*t1;
-        const float t2_b = r[j]*t1_b;
-        out1[i] = t2;  /* out1 = r*sin(theta) */
-        grad_r[i] = grad_out0[i]*t0 + grad_out1[i]*t1;  /* grad_r = d(out0, out1)/dr . grad */
-        grad_theta[i] = -grad_out0[i]*t2 + grad_out1[i]*r[i]*t0;  /* grad_theta = d(out0, out1)/dtheta . grad */
-        out1[j] = t2_b;
-        grad_r[j] = grad_out0[j]*t0_b + grad_out1[j]*t1_b;
-        grad_theta[j] = -grad_out0[j]*t2_b + grad_out1[j]*r[j]*t0_b;
+        const float cos_theta = sg_cos_f32(theta[i]);
+        const float cos_theta_b = sg_cos_f32(theta[j]);
+        out0[i] = r[i]*cos_theta;  /* out0 = r*cos(theta) */
+        out0[j] = r[j]*cos_theta_b;
+        const float sin_theta = sinf(theta[i]);
+        const float sin_theta_b = sinf(theta[j]);
+        const float r_sin_theta = r[i]*sin_theta;
+        const float r_sin_theta_b = r[j]*sin_theta_b;
+        out1[i] = r_sin_theta;  /* out1 = r*sin(theta) */
+        grad_r[i] = grad_out0[i]*cos_theta + grad_out1[i]*sin_theta;  /* grad_r = d(out0, out1)/dr . grad */
+        grad_theta[i] = -grad_out0[i]*r_sin_theta + grad_out1[i]*r[i]*cos_theta;  /* grad_theta = d(out0, out1)/dtheta . grad */
+        out1[j] = r_sin_theta_b;
+        grad_r[j] = grad_out0[j]*cos_theta_b + grad_out1[j]*sin_theta_b;
+        grad_theta[j] = -grad_out0[j]*r_sin_theta_b + grad_out1[j]*r[j]*cos_theta_b;
     }
 }
 
@@ -2816,14 +2953,14 @@ static SG_NOINLINE void sg_rows_polar__vjp_f32(int64_t sg_lo, int64_t sg_hi,
     SG_SIMD
     for (int64_t i = sg_lo; i < sg_lo + sg_half; ++i) {
         const int64_t j = i + sg_skip;
-        const float t0 = sg_cos_f32(theta[i]);
-        const float t0_b = sg_cos_f32(theta[j]);
-        const float t1 = sinf(theta[i]);
-        const float t1_b = sinf(theta[j]);
-        grad_r[i] = grad_out0[i]*t0 + grad_out1[i]*t1;  /* grad_r = d(out0, out1)/dr . grad */
-        grad_theta[i] = grad_out1[i]*r[i]*t0 - grad_out0[i]*r[i]*t1;  /* grad_theta = d(out0, out1)/dtheta . grad */
-        grad_r[j] = grad_out0[j]*t0_b + grad_out1[j]*t1_b;
-        grad_theta[j] = grad_out1[j]*r[j]*t0_b - grad_out0[j]*r[j]*t1_b;
+        const float cos_theta = sg_cos_f32(theta[i]);
+        const float cos_theta_b = sg_cos_f32(theta[j]);
+        const float sin_theta = sinf(theta[i]);
+        const float sin_theta_b = sinf(theta[j]);
+        grad_r[i] = grad_out0[i]*cos_theta + grad_out1[i]*sin_theta;  /* grad_r = d(out0, out1)/dr . grad */
+        grad_theta[i] = grad_out1[i]*r[i]*cos_theta - grad_out0[i]*r[i]*sin_theta;  /* grad_theta = d(out0, out1)/dtheta . grad */
+        grad_r[j] = grad_out0[j]*cos_theta_b + grad_out1[j]*sin_theta_b;
+        grad_theta[j] = grad_out1[j]*r[j]*cos_theta_b - grad_out0[j]*r[j]*sin_theta_b;
     }
 }
 
@@ -2863,22 +3000,22 @@ static SG_NOINLINE void sg_rows_polar__jvp_f32(int64_t sg_lo, int64_t sg_hi,
     SG_SIMD
     for (int64_t i = sg_lo; i < sg_lo + sg_half; ++i) {
         const int64_t j = i + sg_skip;
-        const float t0 = sg_cos_f32(theta[i]);
-        const float t0_b = sg_cos_f32(theta[j]);
-        const float t1 = r[i]*t0;
-        const float t1_b = r[j]*t0_b;
-        out0[i] = t1;  /* out0 = r*cos(theta) */
-        out0[j] = t1_b;
-        const float t2 = sinf(theta[i]);
-        const float t2_b = sinf(theta[j]);
-        const float t3 = r[i]*t2;
-        const float t3_b = r[j]*t2_b;
-        out1[i] = t3;  /* out1 = r*sin(theta) */
-        jvp_out0[i] = t0*tangent_r[i] - t3*tangent_theta[i];
-        jvp_out1[i] = t1*tangent_theta[i] + t2*tangent_r[i];
-        out1[j] = t3_b;
-        jvp_out0[j] = t0_b*tangent_r[j] - t3_b*tangent_theta[j];
-        jvp_out1[j] = t1_b*tangent_theta[j] + t2_b*tangent_r[j];
+        const float cos_theta = sg_cos_f32(theta[i]);
+        const float cos_theta_b = sg_cos_f32(theta[j]);
+        const float r_cos_theta = r[i]*cos_theta;
+        const float r_cos_theta_b = r[j]*cos_theta_b;
+        out0[i] = r_cos_theta;  /* out0 = r*cos(theta) */
+        out0[j] = r_cos_theta_b;
+        const float sin_theta = sinf(theta[i]);
+        const float sin_theta_b = sinf(theta[j]);
+        const float r_sin_theta = r[i]*sin_theta;
+        const float r_sin_theta_b = r[j]*sin_theta_b;
+        out1[i] = r_sin_theta;  /* out1 = r*sin(theta) */
+        jvp_out0[i] = cos_theta*tangent_r[i] - r_sin_theta*tangent_theta[i];
+        jvp_out1[i] = r_cos_theta*tangent_theta[i] + sin_theta*tangent_r[i];
+        out1[j] = r_sin_theta_b;
+        jvp_out0[j] = cos_theta_b*tangent_r[j] - r_sin_theta_b*tangent_theta[j];
+        jvp_out1[j] = r_cos_theta_b*tangent_theta[j] + sin_theta_b*tangent_r[j];
     }
 }
 
@@ -2917,26 +3054,26 @@ static SG_NOINLINE void sg_rows_polar__value_and_jacobian_f32(int64_t sg_lo, int
     SG_SIMD
     for (int64_t i = sg_lo; i < sg_lo + sg_half; ++i) {
         const int64_t j = i + sg_skip;
-        const float t0 = sg_cos_f32(theta[i]);
-        const float t0_b = sg_cos_f32(theta[j]);
-        const float t1 = r[i]*t0;
-        const float t1_b = r[j]*t0_b;
-        out0[i] = t1;  /* out0 = r*cos(theta) */
-        out0[j] = t1_b;
-        const float t2 = sinf(theta[i]);
-        const float t2_b = sinf(theta[j]);
-        const float t3 = r[i]*t2;
-        const float t3_b = r[j]*t2_b;
-        out1[i] = t3;  /* out1 = r*sin(theta) */
-        jacobian[i*4 + 0] = t0;
-        jacobian[i*4 + 1] = -t3;
-        jacobian[i*4 + 2] = t2;
-        jacobian[i*4 + 3] = t1;
-        out1[j] = t3_b;
-        jacobian[j*4 + 0] = t0_b;
-        jacobian[j*4 + 1] = -t3_b;
-        jacobian[j*4 + 2] = t2_b;
-        jacobian[j*4 + 3] = t1_b;
+        const float cos_theta = sg_cos_f32(theta[i]);
+        const float cos_theta_b = sg_cos_f32(theta[j]);
+        const float r_cos_theta = r[i]*cos_theta;
+        const float r_cos_theta_b = r[j]*cos_theta_b;
+        out0[i] = r_cos_theta;  /* out0 = r*cos(theta) */
+        out0[j] = r_cos_theta_b;
+        const float sin_theta = sinf(theta[i]);
+        const float sin_theta_b = sinf(theta[j]);
+        const float r_sin_theta = r[i]*sin_theta;
+        const float r_sin_theta_b = r[j]*sin_theta_b;
+        out1[i] = r_sin_theta;  /* out1 = r*sin(theta) */
+        jacobian[i*4 + 0] = cos_theta;
+        jacobian[i*4 + 1] = -r_sin_theta;
+        jacobian[i*4 + 2] = sin_theta;
+        jacobian[i*4 + 3] = r_cos_theta;
+        out1[j] = r_sin_theta_b;
+        jacobian[j*4 + 0] = cos_theta_b;
+        jacobian[j*4 + 1] = -r_sin_theta_b;
+        jacobian[j*4 + 2] = sin_theta_b;
+        jacobian[j*4 + 3] = r_cos_theta_b;
     }
 }
 
@@ -2973,44 +3110,44 @@ static SG_NOINLINE void sg_rows_polar__value_jacobian_hessian_f32(int64_t sg_lo,
     SG_SIMD
     for (int64_t i = sg_lo; i < sg_lo + sg_half; ++i) {
         const int64_t j = i + sg_skip;
-        const float t4 = sg_cos_f32(theta[i]);
-        const float t4_b = sg_cos_f32(theta[j]);
-        const float t1 = r[i]*t4;
-        const float t1_b = r[j]*t4_b;
-        out0[i] = t1;  /* out0 = r*cos(theta) */
-        out0[j] = t1_b;
-        const float t5 = sinf(theta[i]);
-        const float t5_b = sinf(theta[j]);
-        const float t3 = r[i]*t5;
-        const float t3_b = r[j]*t5_b;
-        out1[i] = t3;  /* out1 = r*sin(theta) */
-        jacobian[i*4 + 0] = t4;
-        jacobian[i*4 + 1] = -t3;
-        jacobian[i*4 + 2] = t5;
-        jacobian[i*4 + 3] = t1;
-        out1[j] = t3_b;
-        jacobian[j*4 + 0] = t4_b;
-        jacobian[j*4 + 1] = -t3_b;
-        jacobian[j*4 + 2] = t5_b;
-        jacobian[j*4 + 3] = t1_b;
-        const float t6 = -t5;
-        const float t6_b = -t5_b;
+        const float cos_theta = sg_cos_f32(theta[i]);
+        const float cos_theta_b = sg_cos_f32(theta[j]);
+        const float r_cos_theta = r[i]*cos_theta;
+        const float r_cos_theta_b = r[j]*cos_theta_b;
+        out0[i] = r_cos_theta;  /* out0 = r*cos(theta) */
+        out0[j] = r_cos_theta_b;
+        const float sin_theta = sinf(theta[i]);
+        const float sin_theta_b = sinf(theta[j]);
+        const float r_sin_theta = r[i]*sin_theta;
+        const float r_sin_theta_b = r[j]*sin_theta_b;
+        out1[i] = r_sin_theta;  /* out1 = r*sin(theta) */
+        jacobian[i*4 + 0] = cos_theta;
+        jacobian[i*4 + 1] = -r_sin_theta;
+        jacobian[i*4 + 2] = sin_theta;
+        jacobian[i*4 + 3] = r_cos_theta;
+        out1[j] = r_sin_theta_b;
+        jacobian[j*4 + 0] = cos_theta_b;
+        jacobian[j*4 + 1] = -r_sin_theta_b;
+        jacobian[j*4 + 2] = sin_theta_b;
+        jacobian[j*4 + 3] = r_cos_theta_b;
+        const float neg_sin_theta = -sin_theta;
+        const float neg_sin_theta_b = -sin_theta_b;
         hessian[i*8 + 0] = 0.0F;
-        hessian[i*8 + 1] = t6;
-        hessian[i*8 + 2] = t6;
-        hessian[i*8 + 3] = -r[i]*t4;
+        hessian[i*8 + 1] = neg_sin_theta;
+        hessian[i*8 + 2] = neg_sin_theta;
+        hessian[i*8 + 3] = -r[i]*cos_theta;
         hessian[i*8 + 4] = 0.0F;
-        hessian[i*8 + 5] = t4;
-        hessian[i*8 + 6] = t4;
-        hessian[i*8 + 7] = r[i]*t6;
+        hessian[i*8 + 5] = cos_theta;
+        hessian[i*8 + 6] = cos_theta;
+        hessian[i*8 + 7] = r[i]*neg_sin_theta;
         hessian[j*8 + 0] = 0.0F;
-        hessian[j*8 + 1] = t6_b;
-        hessian[j*8 + 2] = t6_b;
-        hessian[j*8 + 3] = -r[j]*t4_b;
+        hessian[j*8 + 1] = neg_sin_theta_b;
+        hessian[j*8 + 2] = neg_sin_theta_b;
+        hessian[j*8 + 3] = -r[j]*cos_theta_b;
         hessian[j*8 + 4] = 0.0F;
-        hessian[j*8 + 5] = t4_b;
-        hessian[j*8 + 6] = t4_b;
-        hessian[j*8 + 7] = r[j]*t6_b;
+        hessian[j*8 + 5] = cos_theta_b;
+        hessian[j*8 + 6] = cos_theta_b;
+        hessian[j*8 + 7] = r[j]*neg_sin_theta_b;
     }
 }
 
@@ -3050,18 +3187,18 @@ static SG_NOINLINE void sg_rows_polar__hvp_f32(int64_t sg_lo, int64_t sg_hi,
     SG_SIMD
     for (int64_t i = sg_lo; i < sg_lo + sg_half; ++i) {
         const int64_t j = i + sg_skip;
-        const float t3 = sg_cos_f32(theta[i]);
-        const float t3_b = sg_cos_f32(theta[j]);
-        const float t5 = sinf(theta[i]);
-        const float t5_b = sinf(theta[j]);
-        const float t7 = -t5*tangent_theta[i];
-        const float t7_b = -t5_b*tangent_theta[j];
-        const float t8 = t3*tangent_theta[i];
-        const float t8_b = t3_b*tangent_theta[j];
-        hvp_r[i] = grad_out0[i]*t7 + grad_out1[i]*t8;
-        hvp_theta[i] = -grad_out0[i]*(r[i]*t8 + t5*tangent_r[i]) + grad_out1[i]*r[i]*t7 + grad_out1[i]*t3*tangent_r[i];
-        hvp_r[j] = grad_out0[j]*t7_b + grad_out1[j]*t8_b;
-        hvp_theta[j] = -grad_out0[j]*(r[j]*t8_b + t5_b*tangent_r[j]) + grad_out1[j]*r[j]*t7_b + grad_out1[j]*t3_b*tangent_r[j];
+        const float cos_theta = sg_cos_f32(theta[i]);
+        const float cos_theta_b = sg_cos_f32(theta[j]);
+        const float sin_theta = sinf(theta[i]);
+        const float sin_theta_b = sinf(theta[j]);
+        const float t0 = -sin_theta*tangent_theta[i];
+        const float t0_b = -sin_theta_b*tangent_theta[j];
+        const float cos_theta_tangent_theta = cos_theta*tangent_theta[i];
+        const float cos_theta_tangent_theta_b = cos_theta_b*tangent_theta[j];
+        hvp_r[i] = grad_out0[i]*t0 + grad_out1[i]*cos_theta_tangent_theta;
+        hvp_theta[i] = -grad_out0[i]*(r[i]*cos_theta_tangent_theta + sin_theta*tangent_r[i]) + grad_out1[i]*r[i]*t0 + grad_out1[i]*cos_theta*tangent_r[i];
+        hvp_r[j] = grad_out0[j]*t0_b + grad_out1[j]*cos_theta_tangent_theta_b;
+        hvp_theta[j] = -grad_out0[j]*(r[j]*cos_theta_tangent_theta_b + sin_theta_b*tangent_r[j]) + grad_out1[j]*r[j]*t0_b + grad_out1[j]*cos_theta_b*tangent_r[j];
     }
 }
 

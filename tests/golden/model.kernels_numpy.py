@@ -122,9 +122,9 @@ def neo_relu__hvp(x, grad, tangent_x):
 def softplus__value_and_vjp(x, grad):
     """value_and_vjp of softplus [model.py:23]."""
     with numpy.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
-        t0 = numpy.exp(-numpy.abs(x))
-        out = numpy.where((x > 0), x, 0) + numpy.log1p(t0)  # out = softplus(x)
-        grad_x = grad*numpy.where((x >= 0), 1, t0)/(1 + t0)  # grad_x = d(out)/dx . grad
+        exp_neg_abs_x = numpy.exp(-numpy.abs(x))
+        out = numpy.where((x > 0), x, 0) + numpy.log1p(exp_neg_abs_x)  # out = softplus(x)
+        grad_x = grad*numpy.where((x >= 0), 1, exp_neg_abs_x)/(1 + exp_neg_abs_x)  # grad_x = d(out)/dx . grad
     return (out, grad_x,)
 
 
@@ -138,164 +138,212 @@ def softplus__forward(x):
 def softplus__vjp(x, grad):
     """vjp of softplus [model.py:23]."""
     with numpy.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
-        t0 = numpy.exp(-numpy.abs(x))
-        grad_x = grad*numpy.where((x >= 0), 1, t0)/(1 + t0)  # grad_x = d(out)/dx . grad
+        exp_neg_abs_x = numpy.exp(-numpy.abs(x))
+        grad_x = grad*numpy.where((x >= 0), 1, exp_neg_abs_x)/(1 + exp_neg_abs_x)  # grad_x = d(out)/dx . grad
     return (grad_x,)
 
 
 def softplus__jvp(x, tangent_x):
     """jvp of softplus [model.py:23]."""
     with numpy.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
-        t0 = numpy.exp(-numpy.abs(x))
-        out = numpy.where((x > 0), x, 0) + numpy.log1p(t0)  # out = softplus(x)
-        jvp_out = tangent_x*numpy.where((x >= 0), 1, t0)/(1 + t0)
+        exp_neg_abs_x = numpy.exp(-numpy.abs(x))
+        out = numpy.where((x > 0), x, 0) + numpy.log1p(exp_neg_abs_x)  # out = softplus(x)
+        jvp_out = tangent_x*numpy.where((x >= 0), 1, exp_neg_abs_x)/(1 + exp_neg_abs_x)
     return (out, jvp_out,)
 
 
 def softplus__value_and_jacobian(x):
     """value_and_jacobian of softplus [model.py:23]."""
     with numpy.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
-        t0 = numpy.exp(-numpy.abs(x))
-        out = numpy.where((x > 0), x, 0) + numpy.log1p(t0)  # out = softplus(x)
-        jacobian_0_0 = numpy.where((x >= 0), 1, t0)/(1 + t0)
+        exp_neg_abs_x = numpy.exp(-numpy.abs(x))
+        out = numpy.where((x > 0), x, 0) + numpy.log1p(exp_neg_abs_x)  # out = softplus(x)
+        jacobian_0_0 = numpy.where((x >= 0), 1, exp_neg_abs_x)/(1 + exp_neg_abs_x)
     return (out, _sg.pack((jacobian_0_0,), (1, 1)),)
 
 
 def softplus__value_jacobian_hessian(x):
     """value_jacobian_hessian of softplus [model.py:23]."""
     with numpy.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
-        t0 = numpy.exp(-numpy.abs(x))
-        out = numpy.where((x > 0), x, 0) + numpy.log1p(t0)  # out = softplus(x)
-        t1 = numpy.where((x >= 0), 1, t0)
-        t2 = 1 + t0
-        jacobian_0_0 = t1/t2
-        hessian_0_0 = t1*numpy.where((x <= 0), 1, t0)/(t2*t2)
+        exp_neg_abs_x = numpy.exp(-numpy.abs(x))
+        out = numpy.where((x > 0), x, 0) + numpy.log1p(exp_neg_abs_x)  # out = softplus(x)
+        t0 = numpy.where((x >= 0), 1, exp_neg_abs_x)
+        exp_neg_abs_x_plus_1 = 1 + exp_neg_abs_x
+        jacobian_0_0 = t0/exp_neg_abs_x_plus_1
+        hessian_0_0 = t0*numpy.where((x <= 0), 1, exp_neg_abs_x)/(exp_neg_abs_x_plus_1*exp_neg_abs_x_plus_1)
     return (out, _sg.pack((jacobian_0_0,), (1, 1)), _sg.pack((hessian_0_0,), (1, 1)),)
 
 
 def softplus__hvp(x, grad, tangent_x):
     """hvp of softplus [model.py:23]."""
     with numpy.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
-        t2 = numpy.exp(-numpy.abs(x))
-        t1 = 1 + t2
-        hvp_x = grad*tangent_x*numpy.where((x >= 0), 1, t2)*numpy.where((x <= 0), 1, t2)/(t1*t1)
+        exp_neg_abs_x = numpy.exp(-numpy.abs(x))
+        exp_neg_abs_x_plus_1 = 1 + exp_neg_abs_x
+        hvp_x = grad*tangent_x*numpy.where((x >= 0), 1, exp_neg_abs_x)*numpy.where((x <= 0), 1, exp_neg_abs_x)/(exp_neg_abs_x_plus_1*exp_neg_abs_x_plus_1)
     return (hvp_x,)
 
 
 def blend__value_and_vjp(x, y, grad):
     """value_and_vjp of blend [model.py:29]."""
     with numpy.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
-        t0 = (y*y)
-        t1 = numpy.exp(-t0)
-        t2 = t1*numpy.sin(x)
-        t3 = (x*x)
-        t4 = t0*t3
-        out = t2 + numpy.log1p(t4)  # out = exp(-y**2)*sin(x) + log1p(x**2*y**2)
-        t5 = 1/(1 + t4)
-        grad_x = grad*(t1*numpy.cos(x) + 2*t0*t5*x)  # grad_x = d(out)/dx . grad
-        grad_y = 2*grad*y*(-t2 + t3*t5)  # grad_y = d(out)/dy . grad
+        x_y = x*y
+        t0 = numpy.where((x_y == 0), 0, x_y)
+        t0_sq = (t0*t0)
+        abs_y = numpy.abs(y)
+        abs_x = numpy.abs(x)
+        exp_neg_y_sq = numpy.exp(-y*y)
+        exp_neg_y_sq_sin_x = exp_neg_y_sq*numpy.sin(x)
+        out = exp_neg_y_sq_sin_x + numpy.where((numpy.abs(x_y) <= 1), numpy.log1p(t0_sq), 2*numpy.log(abs_y) + 2*numpy.log(abs_x) + numpy.log1p(1/t0_sq))  # out = exp(-y**2)*sin(x) + where(Abs(x*y) <= 1, log1p(where(Eq(x*y, 0), 0, x*y)**2), 2*log(Abs(x)) + 2*l...
+        inv_t0_sq_plus_1 = 1/(1 + t0_sq)
+        t1 = grad*numpy.where((numpy.abs(x_y) <= 1), inv_t0_sq_plus_1, -inv_t0_sq_plus_1/t0_sq)
+        t2 = numpy.where((t1 == 0), 0, 2*t0*t1)
+        grad_x = grad*(exp_neg_y_sq*numpy.cos(x) + numpy.where((numpy.abs(x_y) <= 1), 0, 2*numpy.sign(x)/abs_x)) + t2*y  # grad_x = d(out)/dx . grad
+        grad_y = grad*(-2*exp_neg_y_sq_sin_x*y + numpy.where((numpy.abs(x_y) <= 1), 0, 2*numpy.sign(y)/abs_y)) + t2*x  # grad_y = d(out)/dy . grad
     return (out, grad_x, grad_y,)
 
 
 def blend__forward(x, y):
     """forward of blend [model.py:29]."""
     with numpy.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
-        t0 = (y*y)
-        out = numpy.exp(-t0)*numpy.sin(x) + numpy.log1p(t0*(x*x))  # out = exp(-y**2)*sin(x) + log1p(x**2*y**2)
+        x_y = x*y
+        t0 = numpy.where((x_y == 0), 0, x_y)
+        t0_sq = (t0*t0)
+        out = numpy.exp(-y*y)*numpy.sin(x) + numpy.where((numpy.abs(x_y) <= 1), numpy.log1p(t0_sq), 2*numpy.log(numpy.abs(x)) + 2*numpy.log(numpy.abs(y)) + numpy.log1p(1/t0_sq))  # out = exp(-y**2)*sin(x) + where(Abs(x*y) <= 1, log1p(where(Eq(x*y, 0), 0, x*y)**2), 2*log(Abs(x)) + 2*l...
     return (out,)
 
 
 def blend__vjp(x, y, grad):
     """vjp of blend [model.py:29]."""
     with numpy.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
-        t0 = (y*y)
-        t1 = numpy.exp(-t0)
-        t3 = (x*x)
-        t5 = 1/(1 + t0*t3)
-        grad_x = grad*(t1*numpy.cos(x) + 2*t0*t5*x)  # grad_x = d(out)/dx . grad
-        grad_y = 2*grad*y*(t3*t5 - t1*numpy.sin(x))  # grad_y = d(out)/dy . grad
+        x_y = x*y
+        t0 = numpy.where((x_y == 0), 0, x_y)
+        t0_sq = (t0*t0)
+        exp_neg_y_sq = numpy.exp(-y*y)
+        inv_t0_sq_plus_1 = 1/(1 + t0_sq)
+        t1 = grad*numpy.where((numpy.abs(x_y) <= 1), inv_t0_sq_plus_1, -inv_t0_sq_plus_1/t0_sq)
+        t2 = numpy.where((t1 == 0), 0, 2*t0*t1)
+        grad_x = grad*(exp_neg_y_sq*numpy.cos(x) + numpy.where((numpy.abs(x_y) <= 1), 0, 2*numpy.sign(x)/numpy.abs(x))) + t2*y  # grad_x = d(out)/dx . grad
+        grad_y = grad*(-2*exp_neg_y_sq*y*numpy.sin(x) + numpy.where((numpy.abs(x_y) <= 1), 0, 2*numpy.sign(y)/numpy.abs(y))) + t2*x  # grad_y = d(out)/dy . grad
     return (grad_x, grad_y,)
 
 
 def blend__jvp(x, y, tangent_x, tangent_y):
     """jvp of blend [model.py:29]."""
     with numpy.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
-        t0 = (y*y)
-        t1 = numpy.exp(-t0)
-        t2 = t1*numpy.sin(x)
-        t3 = (x*x)
-        t4 = t0*t3
-        out = t2 + numpy.log1p(t4)  # out = exp(-y**2)*sin(x) + log1p(x**2*y**2)
-        t6 = 2*tangent_y*y
-        t5 = 1/(1 + t4)
-        jvp_out = -t2*t6 + t1*tangent_x*numpy.cos(x) + t3*t5*t6 + 2*t0*t5*tangent_x*x
+        x_y = x*y
+        t0 = numpy.where((x_y == 0), 0, x_y)
+        t0_sq = (t0*t0)
+        abs_y = numpy.abs(y)
+        abs_x = numpy.abs(x)
+        exp_neg_y_sq = numpy.exp(-y*y)
+        exp_neg_y_sq_sin_x = exp_neg_y_sq*numpy.sin(x)
+        out = exp_neg_y_sq_sin_x + numpy.where((numpy.abs(x_y) <= 1), numpy.log1p(t0_sq), 2*numpy.log(abs_y) + 2*numpy.log(abs_x) + numpy.log1p(1/t0_sq))  # out = exp(-y**2)*sin(x) + where(Abs(x*y) <= 1, log1p(where(Eq(x*y, 0), 0, x*y)**2), 2*log(Abs(x)) + 2*l...
+        inv_t0_sq_plus_1 = 1/(1 + t0_sq)
+        t1 = numpy.where((numpy.abs(x_y) <= 1), inv_t0_sq_plus_1, -inv_t0_sq_plus_1/t0_sq)
+        jvp_out = tangent_x*numpy.where((numpy.abs(x_y) <= 1), 0, 2*numpy.sign(x)/abs_x) + tangent_y*numpy.where((numpy.abs(x_y) <= 1), 0, 2*numpy.sign(y)/abs_y) + exp_neg_y_sq*tangent_x*numpy.cos(x) - 2*exp_neg_y_sq_sin_x*tangent_y*y + numpy.where((t1 == 0), 0, 2*t0*t1*(tangent_x*y + tangent_y*x))
     return (out, jvp_out,)
 
 
 def blend__value_and_jacobian(x, y):
     """value_and_jacobian of blend [model.py:29]."""
     with numpy.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
-        t0 = (y*y)
-        t1 = numpy.exp(-t0)
-        t2 = t1*numpy.sin(x)
-        t3 = (x*x)
-        t4 = t0*t3
-        out = t2 + numpy.log1p(t4)  # out = exp(-y**2)*sin(x) + log1p(x**2*y**2)
-        t5 = 1/(1 + t4)
-        jacobian_0_0 = t1*numpy.cos(x) + 2*t0*t5*x
-        jacobian_0_1 = 2*y*(-t2 + t3*t5)
+        x_y = x*y
+        t0 = numpy.where((x_y == 0), 0, x_y)
+        t0_sq = (t0*t0)
+        abs_y = numpy.abs(y)
+        abs_x = numpy.abs(x)
+        exp_neg_y_sq = numpy.exp(-y*y)
+        exp_neg_y_sq_sin_x = exp_neg_y_sq*numpy.sin(x)
+        out = exp_neg_y_sq_sin_x + numpy.where((numpy.abs(x_y) <= 1), numpy.log1p(t0_sq), 2*numpy.log(abs_y) + 2*numpy.log(abs_x) + numpy.log1p(1/t0_sq))  # out = exp(-y**2)*sin(x) + where(Abs(x*y) <= 1, log1p(where(Eq(x*y, 0), 0, x*y)**2), 2*log(Abs(x)) + 2*l...
+        inv_t0_sq_plus_1 = 1/(1 + t0_sq)
+        t1 = numpy.where((numpy.abs(x_y) <= 1), inv_t0_sq_plus_1, -inv_t0_sq_plus_1/t0_sq)
+        t2 = numpy.where((t1 == 0), 0, 2*t0*t1)
+        jacobian_0_0 = exp_neg_y_sq*numpy.cos(x) + t2*y + numpy.where((numpy.abs(x_y) <= 1), 0, 2*numpy.sign(x)/abs_x)
+        jacobian_0_1 = t2*x - 2*exp_neg_y_sq_sin_x*y + numpy.where((numpy.abs(x_y) <= 1), 0, 2*numpy.sign(y)/abs_y)
     return (out, _sg.pack((jacobian_0_0, jacobian_0_1,), (1, 2)),)
 
 
 def blend__value_jacobian_hessian(x, y):
     """value_jacobian_hessian of blend [model.py:29]."""
     with numpy.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
-        t0 = (y*y)
-        t1 = numpy.exp(-t0)
-        t7 = numpy.sin(x)
-        t8 = t1*t7
-        t3 = (x*x)
-        t4 = t0*t3
-        out = t8 + numpy.log1p(t4)  # out = exp(-y**2)*sin(x) + log1p(x**2*y**2)
-        t9 = 1/(1 + t4)
-        t10 = -t8 + t3*t9
-        t11 = t0*t9
-        t12 = 2*x
-        t13 = numpy.cos(x)
-        jacobian_0_0 = t1*t13 + t11*t12
-        t14 = 2*y
-        jacobian_0_1 = t10*t14
-        t15 = (t9*t9)
-        t16 = t0*t12
-        t17 = -t1*t14
-        t18 = -t14*t15*t3
-        t19 = t13*t17 + t16*t18 + t12*t14*t9
-        hessian_0_0 = -t8 + 2*t11 - t0*t12*t15*t16
-        hessian_0_1 = t19
-        hessian_1_0 = t19
-        hessian_1_1 = 2*t10 + t14*(t18*t3 - t17*t7)
+        x_y = x*y
+        t0 = numpy.where((x_y == 0), 0, x_y)
+        t0_sq = (t0*t0)
+        abs_y = numpy.abs(y)
+        abs_x = numpy.abs(x)
+        exp_neg_y_sq = numpy.exp(-y*y)
+        sin_x = numpy.sin(x)
+        sin_x_exp_neg_y_sq = sin_x*exp_neg_y_sq
+        out = sin_x_exp_neg_y_sq + numpy.where((numpy.abs(x_y) <= 1), numpy.log1p(t0_sq), 2*numpy.log(abs_y) + 2*numpy.log(abs_x) + numpy.log1p(1/t0_sq))  # out = exp(-y**2)*sin(x) + where(Abs(x*y) <= 1, log1p(where(Eq(x*y, 0), 0, x*y)**2), 2*log(Abs(x)) + 2*l...
+        inv_t0_sq_plus_1 = 1/(1 + t0_sq)
+        inv_t0_sq = 1/t0_sq
+        t1 = numpy.where((numpy.abs(x_y) <= 1), inv_t0_sq_plus_1, -inv_t0_sq_plus_1*inv_t0_sq)
+        twice_t0 = 2*t0
+        t2 = numpy.where((t1 == 0), 0, twice_t0*t1)
+        sign_x = numpy.sign(x)
+        inv_abs_x = 1/abs_x
+        t3 = numpy.where((numpy.abs(x_y) <= 1), 0, 2*sign_x*inv_abs_x)
+        cos_x = numpy.cos(x)
+        jacobian_0_0 = t3 + cos_x*exp_neg_y_sq + t2*y
+        sign_y = numpy.sign(y)
+        inv_abs_y = 1/abs_y
+        t4 = numpy.where((numpy.abs(x_y) <= 1), 0, 2*sign_y*inv_abs_y)
+        twice_sin_x_exp_neg_y_sq = 2*sin_x_exp_neg_y_sq
+        jacobian_0_1 = t4 + t2*x - twice_sin_x_exp_neg_y_sq*y
+        twice_t0_y = twice_t0*y
+        t5 = inv_t0_sq_plus_1
+        inv_t0_sq_plus_1_t5 = inv_t0_sq_plus_1*t5
+        t6 = numpy.where((numpy.abs(x_y) <= 1), 1, -inv_t0_sq)
+        t7 = numpy.where((numpy.abs(x_y) <= 1), 0, -inv_t0_sq*t1)
+        t8 = numpy.where((t1 == 0), 0, twice_t0)
+        t9 = numpy.where((t1 == 0), 0, 2*t1)
+        t10 = numpy.where((numpy.abs(x_y) <= 1), 0, -inv_abs_x*t3)
+        twice_t0_x = twice_t0*x
+        twice_y = 2*y
+        neg_twice_y_exp_neg_y_sq = -twice_y*exp_neg_y_sq
+        t11 = numpy.where((t8 == 0), 0, t8*(numpy.where((t6 == 0), 0, -inv_t0_sq_plus_1_t5*t6*twice_t0_x) + numpy.where((t7 == 0), 0, t7*twice_t0_x))) + numpy.where((t9 == 0), 0, t9*x)
+        t12 = numpy.where((numpy.abs(x_y) <= 1), 0, -inv_abs_y*t4)
+        t13 = t2 + cos_x*neg_twice_y_exp_neg_y_sq + t11*y
+        hessian_0_0 = -sin_x_exp_neg_y_sq + y*(numpy.where((t8 == 0), 0, t8*(numpy.where((t6 == 0), 0, -twice_t0_y*inv_t0_sq_plus_1_t5*t6) + numpy.where((t7 == 0), 0, twice_t0_y*t7))) + numpy.where((t9 == 0), 0, t9*y)) + numpy.where((t10 == 0), 0, sign_x*t10)
+        hessian_0_1 = t13
+        hessian_1_0 = t13
+        hessian_1_1 = -twice_sin_x_exp_neg_y_sq + t11*x - sin_x*twice_y*neg_twice_y_exp_neg_y_sq + numpy.where((t12 == 0), 0, sign_y*t12)
     return (out, _sg.pack((jacobian_0_0, jacobian_0_1,), (1, 2)), _sg.pack((hessian_0_0, hessian_0_1, hessian_1_0, hessian_1_1,), (2, 2)),)
 
 
 def blend__hvp(x, y, grad, tangent_x, tangent_y):
     """hvp of blend [model.py:29]."""
     with numpy.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
-        t0 = (y*y)
-        t1 = numpy.exp(-t0)
-        t7 = numpy.sin(x)
-        t8 = t1*t7
-        t3 = (x*x)
-        t9 = 1/(1 + t0*t3)
-        t11 = 2*x
-        t13 = numpy.cos(x)
-        t14 = 2*y
-        t20 = t14*tangent_y
-        t21 = -t1*t20
-        t22 = t11*tangent_x
-        t23 = grad*t9
-        t16 = -grad*(t9*t9)*(t0*t22 + t20*t3)
-        hvp_x = grad*t13*t21 + grad*tangent_x*(-t8 + 2*t0*t9) + t0*t11*t16 + t11*t20*t23
-        hvp_y = t14*(t16*t3 + t22*t23 - grad*(t21*t7 + t1*t13*tangent_x)) + 2*grad*tangent_y*(-t8 + t3*t9)
+        x_y = x*y
+        t0 = numpy.where((x_y == 0), 0, x_y)
+        t0_sq = (t0*t0)
+        exp_neg_y_sq = numpy.exp(-y*y)
+        sin_x = numpy.sin(x)
+        sin_x_exp_neg_y_sq = sin_x*exp_neg_y_sq
+        inv_t0_sq_plus_1 = 1/(1 + t0_sq)
+        inv_t0_sq = 1/t0_sq
+        t1 = numpy.where((numpy.abs(x_y) <= 1), inv_t0_sq_plus_1, -inv_t0_sq*inv_t0_sq_plus_1)
+        grad_t1 = grad*t1
+        twice_t0 = 2*t0
+        t2 = numpy.where((grad_t1 == 0), 0, twice_t0*grad_t1)
+        inv_abs_x = 1/numpy.abs(x)
+        sign_x = numpy.sign(x)
+        cos_x = numpy.cos(x)
+        inv_abs_y = 1/numpy.abs(y)
+        sign_y = numpy.sign(y)
+        twice_y = 2*y
+        t3 = tangent_x*y + tangent_y*x
+        twice_t0_t3 = twice_t0*t3
+        t4 = -twice_y*exp_neg_y_sq*tangent_y
+        t5 = inv_t0_sq_plus_1
+        t6 = numpy.where((numpy.abs(x_y) <= 1), 1, -inv_t0_sq)
+        t7 = numpy.where((numpy.abs(x_y) <= 1), 0, -inv_t0_sq*t1)
+        t8 = numpy.where((grad_t1 == 0), 0, twice_t0)
+        t9 = numpy.where((grad_t1 == 0), 0, 2*grad_t1)
+        t10 = numpy.where((t8 == 0), 0, grad*t8*(numpy.where((t6 == 0), 0, -inv_t0_sq_plus_1*twice_t0_t3*t6*t5) + numpy.where((t7 == 0), 0, twice_t0_t3*t7))) + numpy.where((t9 == 0), 0, t3*t9)
+        t11 = numpy.where((numpy.abs(x_y) <= 1), 0, -inv_abs_x*numpy.where((numpy.abs(x_y) <= 1), 0, 2*sign_x*inv_abs_x))
+        t12 = numpy.where((numpy.abs(x_y) <= 1), 0, -inv_abs_y*numpy.where((numpy.abs(x_y) <= 1), 0, 2*sign_y*inv_abs_y))
+        hvp_x = grad*numpy.where((t11 == 0), 0, sign_x*t11*tangent_x) + t10*y + t2*tangent_y + grad*cos_x*t4 - grad*sin_x_exp_neg_y_sq*tangent_x
+        hvp_y = grad*numpy.where((t12 == 0), 0, sign_y*t12*tangent_y) + t10*x + t2*tangent_x - grad*twice_y*(sin_x*t4 + cos_x*exp_neg_y_sq*tangent_x) - 2*grad*sin_x_exp_neg_y_sq*tangent_y
     return (hvp_x, hvp_y,)
 
 
@@ -304,25 +352,27 @@ def gelu_tanh__value_and_vjp(x, grad):
     with numpy.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
         t0 = 0.5*x
         t1 = float(numpy.sqrt(2)/numpy.sqrt(numpy.pi))
-        t2 = numpy.tanh(t1*(x + 0.044715*(x*x*x)))
+        t2 = numpy.tanh(t1*(x + 0.044715*x*x*x))
         out = t0*(1 + t2)  # out = 0.5*x*(1 + tanh(sqrt(2)*(x + 0.044715*x**3)/sqrt(pi)))
-        grad_x = grad*(0.5 + 0.5*t2 + t0*t1*(1 - (t2*t2))*(1 + 0.134145*(x*x)))  # grad_x = d(out)/dx . grad
+        t2_sq = (t2*t2)
+        grad_x = grad*(0.5 + 0.5*t2 + numpy.where((t2_sq == 1), 0, t0*t1*(1 - t2_sq)*(1 + 0.134145*x*x)))  # grad_x = d(out)/dx . grad
     return (out, grad_x,)
 
 
 def gelu_tanh__forward(x):
     """forward of gelu_tanh [model.py:34]."""
     with numpy.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
-        out = 0.5*x*(1 + numpy.tanh(float(numpy.sqrt(2))*(x + 0.044715*(x*x*x))/float(numpy.sqrt(numpy.pi))))  # out = 0.5*x*(1 + tanh(sqrt(2)*(x + 0.044715*x**3)/sqrt(pi)))
+        out = 0.5*x*(1 + numpy.tanh(float(numpy.sqrt(2))*(x + 0.044715*x*x*x)/float(numpy.sqrt(numpy.pi))))  # out = 0.5*x*(1 + tanh(sqrt(2)*(x + 0.044715*x**3)/sqrt(pi)))
     return (out,)
 
 
 def gelu_tanh__vjp(x, grad):
     """vjp of gelu_tanh [model.py:34]."""
     with numpy.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
-        t1 = float(numpy.sqrt(2)/numpy.sqrt(numpy.pi))
-        t2 = numpy.tanh(t1*(x + 0.044715*(x*x*x)))
-        grad_x = grad*(0.5 + 0.5*t2 + 0.5*t1*x*(1 - (t2*t2))*(1 + 0.134145*(x*x)))  # grad_x = d(out)/dx . grad
+        t0 = float(numpy.sqrt(2)/numpy.sqrt(numpy.pi))
+        t1 = numpy.tanh(t0*(x + 0.044715*x*x*x))
+        t1_sq = (t1*t1)
+        grad_x = grad*(0.5 + 0.5*t1 + numpy.where((t1_sq == 1), 0, 0.5*t0*x*(1 - t1_sq)*(1 + 0.134145*x*x)))  # grad_x = d(out)/dx . grad
     return (grad_x,)
 
 
@@ -331,9 +381,10 @@ def gelu_tanh__jvp(x, tangent_x):
     with numpy.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
         t0 = 0.5*x
         t1 = float(numpy.sqrt(2)/numpy.sqrt(numpy.pi))
-        t2 = numpy.tanh(t1*(x + 0.044715*(x*x*x)))
+        t2 = numpy.tanh(t1*(x + 0.044715*x*x*x))
         out = t0*(1 + t2)  # out = 0.5*x*(1 + tanh(sqrt(2)*(x + 0.044715*x**3)/sqrt(pi)))
-        jvp_out = tangent_x*(0.5 + 0.5*t2 + t0*t1*(1 - (t2*t2))*(1 + 0.134145*(x*x)))
+        t2_sq = (t2*t2)
+        jvp_out = tangent_x*(0.5 + 0.5*t2 + numpy.where((t2_sq == 1), 0, t0*t1*(1 - t2_sq)*(1 + 0.134145*x*x)))
     return (out, jvp_out,)
 
 
@@ -342,9 +393,10 @@ def gelu_tanh__value_and_jacobian(x):
     with numpy.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
         t0 = 0.5*x
         t1 = float(numpy.sqrt(2)/numpy.sqrt(numpy.pi))
-        t2 = numpy.tanh(t1*(x + 0.044715*(x*x*x)))
+        t2 = numpy.tanh(t1*(x + 0.044715*x*x*x))
         out = t0*(1 + t2)  # out = 0.5*x*(1 + tanh(sqrt(2)*(x + 0.044715*x**3)/sqrt(pi)))
-        jacobian_0_0 = 0.5 + 0.5*t2 + t0*t1*(1 - (t2*t2))*(1 + 0.134145*(x*x))
+        t2_sq = (t2*t2)
+        jacobian_0_0 = 0.5 + 0.5*t2 + numpy.where((t2_sq == 1), 0, t0*t1*(1 - t2_sq)*(1 + 0.134145*x*x))
     return (out, _sg.pack((jacobian_0_0,), (1, 1)),)
 
 
@@ -353,13 +405,18 @@ def gelu_tanh__value_jacobian_hessian(x):
     with numpy.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
         t0 = 0.5*x
         t1 = float(numpy.sqrt(2)/numpy.sqrt(numpy.pi))
-        t3 = numpy.tanh(t1*(x + 0.044715*(x*x*x)))
-        out = t0*(1 + t3)  # out = 0.5*x*(1 + tanh(sqrt(2)*(x + 0.044715*x**3)/sqrt(pi)))
-        t4 = t1*(1 + 0.134145*(x*x))
-        t5 = 1 - (t3*t3)
-        t6 = t4*t5
-        jacobian_0_0 = 0.5 + 0.5*t3 + t0*t6
-        hessian_0_0 = 0.5*t6 + t4*(1 - (t3*t3))*(0.5 - 2*t0*t3*t4) + 0.26829*t0*t1*t5*x
+        t2 = numpy.tanh(t1*(x + 0.044715*x*x*x))
+        out = t0*(1 + t2)  # out = 0.5*x*(1 + tanh(sqrt(2)*(x + 0.044715*x**3)/sqrt(pi)))
+        t2_sq = (t2*t2)
+        t3 = t1*(1 + 0.134145*x*x)
+        neg_t2_sq_plus_1 = 1 - t2_sq
+        t3_neg_t2_sq_plus_1 = t3*neg_t2_sq_plus_1
+        jacobian_0_0 = 0.5 + 0.5*t2 + numpy.where((t2_sq == 1), 0, t0*t3_neg_t2_sq_plus_1)
+        t2_sq_1 = (t2*t2)
+        t4 = numpy.where((t2_sq_1 == 1), 0, t3*(1 - t2_sq_1))
+        t5 = numpy.where((t2_sq == 1), 0, t3_neg_t2_sq_plus_1)
+        t6 = numpy.where((t2_sq == 1), 0, -t0*t3)
+        hessian_0_0 = 0.5*t4 + numpy.where((t5 == 0), 0, 0.5*t5) + numpy.where((t6 == 0), 0, 2*t6*t2*t4) + numpy.where((t2_sq == 1), 0, 0.26829*t0*t1*neg_t2_sq_plus_1*x)
     return (out, _sg.pack((jacobian_0_0,), (1, 1)), _sg.pack((hessian_0_0,), (1, 1)),)
 
 
@@ -368,23 +425,28 @@ def gelu_tanh__hvp(x, grad, tangent_x):
     with numpy.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
         t0 = 0.5*x
         t1 = float(numpy.sqrt(2)/numpy.sqrt(numpy.pi))
-        t3 = numpy.tanh(t1*(x + 0.044715*(x*x*x)))
-        t6 = t1*(1 + 0.134145*(x*x))
-        t7 = grad*(1 - (t3*t3))
-        hvp_x = 0.5*t6*t7*tangent_x + grad*t6*tangent_x*(1 - (t3*t3))*(0.5 - 2*t0*t3*t6) + 0.26829*t0*t1*t7*tangent_x*x
+        t2 = numpy.tanh(t1*(x + 0.044715*x*x*x))
+        t2_sq = (t2*t2)
+        t3 = t1*(1 + 0.134145*x*x)
+        neg_t2_sq_plus_1 = 1 - t2_sq
+        t2_sq_1 = (t2*t2)
+        t4 = tangent_x*numpy.where((t2_sq_1 == 1), 0, t3*(1 - t2_sq_1))
+        t5 = numpy.where((t2_sq == 1), 0, neg_t2_sq_plus_1*t3)
+        t6 = numpy.where((t2_sq == 1), 0, -t0*t3)
+        hvp_x = grad*(tangent_x*numpy.where((t2_sq == 1), 0, 0.26829*t0*t1*neg_t2_sq_plus_1*x) + numpy.where((t5 == 0), 0, 0.5*t5*tangent_x) + numpy.where((t6 == 0), 0, 2*t4*t6*t2)) + 0.5*grad*t4
     return (hvp_x,)
 
 
 def polar__value_and_vjp(r, theta, grad_out0, grad_out1):
     """value_and_vjp of polar [model.py:40]."""
     with numpy.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
-        t0 = numpy.cos(theta)
-        out0 = r*t0  # out0 = r*cos(theta)
-        t1 = numpy.sin(theta)
-        t2 = r*t1
-        out1 = t2  # out1 = r*sin(theta)
-        grad_r = grad_out0*t0 + grad_out1*t1  # grad_r = d(out0, out1)/dr . grad
-        grad_theta = -grad_out0*t2 + grad_out1*r*t0  # grad_theta = d(out0, out1)/dtheta . grad
+        cos_theta = numpy.cos(theta)
+        out0 = r*cos_theta  # out0 = r*cos(theta)
+        sin_theta = numpy.sin(theta)
+        r_sin_theta = r*sin_theta
+        out1 = r_sin_theta  # out1 = r*sin(theta)
+        grad_r = grad_out0*cos_theta + grad_out1*sin_theta  # grad_r = d(out0, out1)/dr . grad
+        grad_theta = -grad_out0*r_sin_theta + grad_out1*r*cos_theta  # grad_theta = d(out0, out1)/dtheta . grad
     return (out0, out1, grad_r, grad_theta,)
 
 
@@ -399,40 +461,40 @@ def polar__forward(r, theta):
 def polar__vjp(r, theta, grad_out0, grad_out1):
     """vjp of polar [model.py:40]."""
     with numpy.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
-        t0 = numpy.cos(theta)
-        t1 = numpy.sin(theta)
-        grad_r = grad_out0*t0 + grad_out1*t1  # grad_r = d(out0, out1)/dr . grad
-        grad_theta = grad_out1*r*t0 - grad_out0*r*t1  # grad_theta = d(out0, out1)/dtheta . grad
+        cos_theta = numpy.cos(theta)
+        sin_theta = numpy.sin(theta)
+        grad_r = grad_out0*cos_theta + grad_out1*sin_theta  # grad_r = d(out0, out1)/dr . grad
+        grad_theta = grad_out1*r*cos_theta - grad_out0*r*sin_theta  # grad_theta = d(out0, out1)/dtheta . grad
     return (grad_r, grad_theta,)
 
 
 def polar__jvp(r, theta, tangent_r, tangent_theta):
     """jvp of polar [model.py:40]."""
     with numpy.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
-        t0 = numpy.cos(theta)
-        t1 = r*t0
-        out0 = t1  # out0 = r*cos(theta)
-        t2 = numpy.sin(theta)
-        t3 = r*t2
-        out1 = t3  # out1 = r*sin(theta)
-        jvp_out0 = t0*tangent_r - t3*tangent_theta
-        jvp_out1 = t1*tangent_theta + t2*tangent_r
+        cos_theta = numpy.cos(theta)
+        r_cos_theta = r*cos_theta
+        out0 = r_cos_theta  # out0 = r*cos(theta)
+        sin_theta = numpy.sin(theta)
+        r_sin_theta = r*sin_theta
+        out1 = r_sin_theta  # out1 = r*sin(theta)
+        jvp_out0 = cos_theta*tangent_r - r_sin_theta*tangent_theta
+        jvp_out1 = r_cos_theta*tangent_theta + sin_theta*tangent_r
     return (out0, out1, jvp_out0, jvp_out1,)
 
 
 def polar__value_and_jacobian(r, theta):
     """value_and_jacobian of polar [model.py:40]."""
     with numpy.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
-        t0 = numpy.cos(theta)
-        t1 = r*t0
-        out0 = t1  # out0 = r*cos(theta)
-        t2 = numpy.sin(theta)
-        t3 = r*t2
-        out1 = t3  # out1 = r*sin(theta)
-        jacobian_0_0 = t0
-        jacobian_0_1 = -t3
-        jacobian_1_0 = t2
-        jacobian_1_1 = t1
+        cos_theta = numpy.cos(theta)
+        r_cos_theta = r*cos_theta
+        out0 = r_cos_theta  # out0 = r*cos(theta)
+        sin_theta = numpy.sin(theta)
+        r_sin_theta = r*sin_theta
+        out1 = r_sin_theta  # out1 = r*sin(theta)
+        jacobian_0_0 = cos_theta
+        jacobian_0_1 = -r_sin_theta
+        jacobian_1_0 = sin_theta
+        jacobian_1_1 = r_cos_theta
     return (out0, out1, _sg.pack((jacobian_0_0, jacobian_0_1, jacobian_1_0, jacobian_1_1,), (2, 2)),)
 
 
@@ -440,35 +502,35 @@ def polar__value_jacobian_hessian(r, theta):
     """value_jacobian_hessian of polar [model.py:40]."""
     with numpy.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
         dtype = numpy.result_type(r, theta)
-        t4 = numpy.cos(theta)
-        t1 = r*t4
-        out0 = t1  # out0 = r*cos(theta)
-        t5 = numpy.sin(theta)
-        t3 = r*t5
-        out1 = t3  # out1 = r*sin(theta)
-        jacobian_0_0 = t4
-        jacobian_0_1 = -t3
-        jacobian_1_0 = t5
-        jacobian_1_1 = t1
-        t6 = -t5
+        cos_theta = numpy.cos(theta)
+        r_cos_theta = r*cos_theta
+        out0 = r_cos_theta  # out0 = r*cos(theta)
+        sin_theta = numpy.sin(theta)
+        r_sin_theta = r*sin_theta
+        out1 = r_sin_theta  # out1 = r*sin(theta)
+        jacobian_0_0 = cos_theta
+        jacobian_0_1 = -r_sin_theta
+        jacobian_1_0 = sin_theta
+        jacobian_1_1 = r_cos_theta
+        neg_sin_theta = -sin_theta
         hessian_0_0_0 = numpy.asarray(0, dtype)
-        hessian_0_0_1 = t6
-        hessian_0_1_0 = t6
-        hessian_0_1_1 = -r*t4
+        hessian_0_0_1 = neg_sin_theta
+        hessian_0_1_0 = neg_sin_theta
+        hessian_0_1_1 = -r*cos_theta
         hessian_1_0_0 = numpy.asarray(0, dtype)
-        hessian_1_0_1 = t4
-        hessian_1_1_0 = t4
-        hessian_1_1_1 = r*t6
+        hessian_1_0_1 = cos_theta
+        hessian_1_1_0 = cos_theta
+        hessian_1_1_1 = r*neg_sin_theta
     return (out0, out1, _sg.pack((jacobian_0_0, jacobian_0_1, jacobian_1_0, jacobian_1_1,), (2, 2)), _sg.pack((hessian_0_0_0, hessian_0_0_1, hessian_0_1_0, hessian_0_1_1, hessian_1_0_0, hessian_1_0_1, hessian_1_1_0, hessian_1_1_1,), (2, 2, 2)),)
 
 
 def polar__hvp(r, theta, grad_out0, grad_out1, tangent_r, tangent_theta):
     """hvp of polar [model.py:40]."""
     with numpy.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
-        t3 = numpy.cos(theta)
-        t5 = numpy.sin(theta)
-        t7 = -t5*tangent_theta
-        t8 = t3*tangent_theta
-        hvp_r = grad_out0*t7 + grad_out1*t8
-        hvp_theta = -grad_out0*(r*t8 + t5*tangent_r) + grad_out1*r*t7 + grad_out1*t3*tangent_r
+        cos_theta = numpy.cos(theta)
+        sin_theta = numpy.sin(theta)
+        t0 = -sin_theta*tangent_theta
+        cos_theta_tangent_theta = cos_theta*tangent_theta
+        hvp_r = grad_out0*t0 + grad_out1*cos_theta_tangent_theta
+        hvp_theta = -grad_out0*(r*cos_theta_tangent_theta + sin_theta*tangent_r) + grad_out1*r*t0 + grad_out1*cos_theta*tangent_r
     return (hvp_r, hvp_theta,)

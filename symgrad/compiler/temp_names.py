@@ -1,0 +1,69 @@
+"""Readable names for a program's temporaries: the user's own name for the value (a local of the traced body,
+``Spec.names``), else a name from its structure (``sin_x``, ``x_sq``, ``naming.readable``), else ``t<k>``.
+
+Every name goes through the program's ``Namer`` (sanitized, unique, never an argument's or a reserved name)
+and depends only on the program, so generated text stays deterministic.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import sympy
+from sympy import Symbol
+
+from symgrad.compiler import dag
+from symgrad.compiler.naming import Namer, readable
+
+
+class TempNames:
+    """The user's names of a function's values, matched against each program's temporaries."""
+
+    def __init__(
+        self, names: tuple[tuple[sympy.Expr, str], ...], known: set[Symbol], clean: Callable
+    ) -> None:
+        self.by_value: dict[sympy.Basic, str] = {}
+        for expr, name in names:
+            self.by_value.setdefault(expr, name)
+        for expr, name in names:  # also in the form the outputs took (the stable forms)
+            self.by_value.setdefault(clean(expr), name)
+        self.known = known  # the argument symbols the values are written over
+        #: no value larger (as a tree) than every named one can be one of them
+        self.largest = max((dag.tree_size(e) for e in self.by_value), default=0)
+
+    def program(self, namer: Namer) -> ProgramNames:
+        return ProgramNames(self, namer.copy())
+
+
+class ProgramNames:
+    """Names the temporaries of one program, in order."""
+
+    def __init__(self, names: TempNames, namer: Namer) -> None:
+        self.names, self.namer, self.count = names, namer, 0
+        #: a temporary's value over the arguments and its size as a tree; None once it depends on anything
+        #: else (a cotangent) or is larger than every named value
+        self.value: dict[Symbol, tuple[sympy.Basic, int] | None] = {}
+
+    def __call__(self, sym: Symbol, expr: sympy.Basic, shown: sympy.Basic) -> str:
+        """The name of ``sym := expr`` (``shown``: ``expr`` in the readable names given so far)."""
+        user = self._user_name(sym, expr)
+        if user is None:
+            user = readable(shown)
+        if user is None:
+            user, self.count = f"t{self.count}", self.count + 1
+        return self.namer(user)
+
+    def _user_name(self, sym: Symbol, expr: sympy.Basic) -> str | None:
+        if not self.names.by_value:
+            return None
+        self.value[sym] = None
+        symbols = dag.free_symbols(expr)
+        if any(s not in self.names.known and self.value.get(s) is None for s in symbols):
+            return None
+        rule = {s: self.value[s] for s in symbols if s in self.value}
+        size = sum(rule[n][1] if n in rule else 1 for n in sympy.preorder_traversal(expr))
+        if size > self.names.largest:
+            return None
+        value = dag.xreplace(expr, {s: v for s, (v, _) in rule.items()}, evaluate=False)  # functions: fast
+        self.value[sym] = (value, size)
+        return self.names.by_value.get(value)

@@ -1,0 +1,114 @@
+"""Notebooks: ``_repr_html_`` / ``_repr_latex_`` of ``@sg.function`` and compiled functions (formulas as
+LaTeX, op counts per program, the generated source collapsed and highlighted, everything HTML-escaped), and
+``docs/tour.ipynb`` (built by ``docs/build_tour.py``) executed with nbclient on this interpreter."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import sys
+import types
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+
+import symgrad as sg
+from symgrad import notebook
+from symgrad.compiled import display
+from tests.cli_runner import ROOT
+
+
+@sg.function
+def polar(r, theta):
+    return r * sg.cos(theta), r * sg.sin(theta)
+
+
+@sg.function
+def shadows(E, gamma):  # names SymPy would read as Euler's number and the gamma function
+    return E * sg.where(gamma > 0, gamma, 0)
+
+
+def test_function_html_has_latex_formulas_op_counts_and_highlighted_source():
+    page = polar._repr_html_()
+    assert r"\(r \cos{\left(\theta \right)}\)" in page
+    assert r"\(grad_{out0} \cos{\left(\theta \right)} + grad_{out1} \sin{\left(\theta \right)}\)" in page
+    compiled = polar.compiled()
+    counts = re.search(r"operations per program:</p><table><tr>(.*?)</tr><tr>(.*?)</tr>", page)
+    programs = re.findall(r"<th>(\w+)</th>", counts[1])
+    assert programs == list(compiled.op_counts) and "vjp" in programs
+    assert re.findall(r"<td>(\d+)</td>", counts[2]) == [str(n) for n in compiled.op_counts.values()]
+    source = page[page.index("<details><summary>generated NumPy source</summary>") :]
+    assert "<span" in source and "polar__value_and_vjp" in source and source.endswith("</details></div>")
+    assert page.startswith("<div class='symgrad-function'><p><b>polar(r, theta) -&gt; (scalar, scalar)</b>")
+
+
+def test_function_latex_keeps_argument_names_symbols():
+    tex = shadows._repr_latex_()
+    assert tex.startswith(r"$\displaystyle \begin{aligned} out &= E \operatorname{where}{\left(\gamma > 0")
+    assert r"\operatorname{vjp}_{\gamma} &= E grad \operatorname{where}{\left(\gamma > 0,1,0 \right)}" in tex
+    assert notebook.formula_latex("derived program of 61 ops (see symgrad show --program vjp)") is None
+
+
+def test_compiled_function_renders_the_manifest_text_without_sympy():
+    compiled = polar.compiled()
+    assert "<code>grad_out0*cos(theta) + grad_out1*sin(theta)</code>" in compiled._repr_html_()
+    assert (
+        r"\texttt{vjp r} &= \texttt{grad\_out0*cos(theta) + grad\_out1*sin(theta)}" in compiled._repr_latex_()
+    )
+    assert display.latex_text(r"a_b^{c}~\%#$&") == r"\texttt{a\_b\^{}\{c\}\~{}\textbackslash{}\%\#\$\&}"
+
+
+def _hostile() -> types.SimpleNamespace:
+    """A stand-in with every shown field hostile to HTML."""
+    bad = "<script>alert('x')</script>&"
+    return types.SimpleNamespace(
+        name=bad,
+        arg_names=(bad,),
+        arg_shapes=((2,),),
+        out_shapes=((),),
+        returns_tuple=False,
+        origin=f"/tmp/{bad}.py:1",
+        formulas={bad: f"where({bad} < 1, 0, 1)"},
+        derivatives={bad: ""},
+        op_counts={bad: 3},
+        source=lambda target: f"def f():\n    return '{bad}'\n",
+    )
+
+
+@pytest.mark.parametrize("pygments", [True, False])
+def test_html_escapes_every_name(monkeypatch, pygments):
+    if not pygments:
+        monkeypatch.setitem(sys.modules, "pygments", None)
+    page = display.html(_hostile())
+    assert "<script>" not in page and "&lt;script&gt;" in page
+    assert "(derived program only: see the source)" in page
+    assert ("<span" in page) == pygments and ("<pre>def f():" in page) == (not pygments)
+
+
+def test_tour_notebook_is_built_from_its_script_and_runs(tmp_path, monkeypatch):
+    spec = importlib.util.spec_from_file_location("build_tour", ROOT / "docs" / "build_tour.py")
+    build_tour = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(build_tour)
+    nb = build_tour.build()
+    on_disk = nbformat.read(ROOT / "docs" / "tour.ipynb", as_version=4)
+    assert [c.source for c in on_disk.cells] == [c.source for c in nb.cells], "run docs/build_tour.py"
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))  # the kernel runs this interpreter on this checkout
+    NotebookClient(
+        nb, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}
+    ).execute()
+    outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
+    assert not [o for o in outputs if o.output_type == "error"]
+    data = [o.get("data", {}) for o in outputs]
+    (page,) = [d["text/html"] for d in data if "text/html" in d]
+    assert (
+        r"\(\operatorname{where}{\left(x &gt; y,x - y,0 \right)} + e^{- x^{2}} \sin{\left(y \right)}\)"
+        in page
+    )
+    assert r"\(grad \left(- 2 x e^{- x^{2}} \sin{\left(y \right)} + \operatorname{where}" in page
+    assert "operations per program" in page and "generated NumPy source" in page
+    assert sum("image/png" in d for d in data) == 2  # the curve and the heat map
+    text = "".join(o.get("text", "") for o in outputs if o.output_type == "stream")
+    assert "gradient check: ok" in text
+    fit = re.search(r"a = ([\d.]+), b = ([\d.]+)", text)
+    assert abs(float(fit[1]) - 2.0) < 0.1 and abs(float(fit[2]) - 1.5) < 0.1
