@@ -54,9 +54,9 @@ class ProgramNames:
         return self.namer(user)
 
     def _user_name(self, sym: Symbol, expr: sympy.Basic) -> str | None:
-        if not self.names.by_value:
-            return None
         self.value[sym] = None
+        if not self.names.by_value or dag.has(expr, sympy.Piecewise):
+            return None  # rebuilding a Piecewise re-folds its conditions (exponential when nested)
         symbols = dag.free_symbols(expr)
         if any(s not in self.names.known and self.value.get(s) is None for s in symbols):
             return None
