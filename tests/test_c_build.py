@@ -231,6 +231,10 @@ def blend(x, y):
 @sg.function
 def norm3(p: sg.Vector(3), s):
     return sg.sqrt(p[0]**2 + p[1]**2 + p[2]**2) * s
+
+@sg.function
+def polar(r, theta):
+    return r * sg.cos(theta), r * sg.sin(theta)
 """
 
 
@@ -409,22 +413,21 @@ def test_two_row_loops_on_threads_match_one_thread(package, kernels):
     twice); up to rounding, as the rows that fall to the scalar tail move with the split."""
     from symgrad.backends import c
 
-    assert "SG_ROWS(142857, sg_rows_blend__forward_f32" in package.read("c")
-    assert "sg_skip" in package.read("c").split("sg_rows_blend__forward_f32", 1)[1].split("}")[0]
-    run = kernels.program("blend", "forward", np.float32)
+    assert "SG_ROWS(200000, sg_rows_polar__forward_f32" in package.read("c")
+    assert "sg_skip" in package.read("c").split("sg_rows_polar__forward_f32", 1)[1].split("}")[0]
+    run = kernels.program("polar", "forward", np.float32)
     rng = np.random.default_rng(5)
     before = c.get_num_threads()
     try:
-        for n in (142_857, 150_001, 150_002):
-            x, y = (rng.normal(size=n).astype(np.float32) for _ in range(2))
+        for n in (200_000, 210_001, 210_002):
+            r, theta = (rng.normal(size=n).astype(np.float32) for _ in range(2))
             c.set_num_threads(1)
-            one = run((x, y), (n,))[0]
+            one = run((r, theta), (n,))
             c.set_num_threads(2)
-            two = run((x, y), (n,))[0]
-            np.testing.assert_allclose(two, one, rtol=1e-5, atol=1e-6)
-            np.testing.assert_allclose(
-                two, np.sin(x) * np.exp(-(y**2)) + np.log1p(x**2 * y**2), rtol=2e-5, atol=1e-6
-            )
+            two = run((r, theta), (n,))
+            for a, b, want in zip(two, one, (r * np.cos(theta), r * np.sin(theta))):
+                np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+                np.testing.assert_allclose(a, want, rtol=2e-5, atol=1e-6)
     finally:
         c.set_num_threads(before)
 

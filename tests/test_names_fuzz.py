@@ -244,7 +244,7 @@ def test_show_and_check_print_no_control_characters(filename, name, doc):
             ):
                 for fmt in cli.FORMATS:
                     for selected in (None, shown.name):  # every function, and the one named
-                        out = run_cli(cli.cmd_show, function=selected, format=fmt, program=None)
+                        out = run_cli(cli.cmd_show, function=selected, format=fmt, program=None, order=1)
                         assert_terminal_safe(out)
                         if fmt == "formula":
                             assert out.startswith(f"# {printable(shown.name)}  [{printable(shown.origin)}]\n")

@@ -101,11 +101,16 @@ def _selected(where: str, functions: list, names: list[str]) -> list:
     """The ``functions`` called ``names``, in that order (empty: all of them)."""
     if not names:
         return functions
-    by_name = {fn.name: fn for fn in functions}
+    by_name = {_joined(fn.name): fn for fn in functions}
     for name in names:
-        if name not in by_name:
+        if _joined(name) not in by_name:
             raise ModelError(f"{Path(where).name}: no function {name!r}; available: {', '.join(by_name)}")
-    return [by_name[name] for name in names]
+    return [by_name[_joined(name)] for name in names]
+
+
+def _joined(name: str) -> str:
+    """``name`` with each UTF-16 surrogate pair read as its character (as a manifest's JSON gives it back)."""
+    return name.encode("utf-16", "surrogatepass").decode("utf-16", "surrogatepass")
 
 
 def _report(errors: list[SymgradError]) -> int:
