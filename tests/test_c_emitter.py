@@ -374,21 +374,7 @@ def test_every_loop_vectorizes(tmp_path, all_kernels, module_text):
     tc = build_c.toolchain()
     if tc.libmvec < 2:
         pytest.skip("no libmvec (glibc >= 2.35) here")
-    src = tmp_path / "kernels.c"
-    src.write_text(module_text)
-    # -fno-ipa-icf: gcc would otherwise fold a program identical to another (gelu's jvp and value_and_vjp)
-    # into a tail call, whose own loop is then never analyzed
-    flags = [f for f in tc.flags if f not in ("-fopenmp", "-fPIC")] + ["-fno-ipa-icf"]
-    r = subprocess.run(
-        [*tc.cc, *flags, "-fopt-info-vec-all", "-c", str(src), "-o", str(tmp_path / "k.o")],
-        capture_output=True,
-        text=True,
-    )
-    assert r.returncode == 0, r.stderr
-    counts = {
-        int(line): int(k)
-        for line, k in re.findall(r"kernels\.c:(\d+):\d+: note: vectorized (\d+) loops in function", r.stderr)
-    }
+    counts = _vectorized_lines(tc, module_text, tmp_path)
     lines = module_text.splitlines()
     # a program's loop is in its static sg_rows_... function
     vectorized: dict[str, int] = {}
@@ -765,8 +751,10 @@ def strided_kernels():
     return [ba_residual_kernel(), *kernels_of(rational5)]
 
 
-def _vectorized_functions(tc, text, tmp_path) -> dict[str, int]:
-    """Loops gcc vectorized in each function of ``text`` (by the line of its definition)."""
+def _vectorized_lines(tc, text, tmp_path) -> dict[int, int]:
+    """Loops gcc vectorized in each function of C ``text``, by the line of the function's definition, with the
+    build's flags (-fno-ipa-icf: gcc would otherwise fold a program identical to another, gelu's jvp and
+    value_and_vjp, into a tail call, whose own loop is then never analyzed)."""
     src = tmp_path / "kernels.c"
     src.write_text(text)
     flags = [f for f in tc.flags if f not in ("-fopenmp", "-fPIC")] + ["-fno-ipa-icf"]
@@ -776,12 +764,17 @@ def _vectorized_functions(tc, text, tmp_path) -> dict[str, int]:
         text=True,
     )
     assert r.returncode == 0, r.stderr
-    counts = re.findall(r"kernels\.c:(\d+):\d+: note: vectorized (\d+) loops in function", r.stderr)
+    found = re.findall(r"kernels\.c:(\d+):\d+: note: vectorized (\d+) loops in function", r.stderr)
+    return {int(line): int(k) for line, k in found}
+
+
+def _vectorized_functions(tc, text, tmp_path) -> dict[str, int]:
+    """Loops gcc vectorized in each program's rows function of ``text``."""
     lines = text.splitlines()
     return {
-        re.match(r"static SG_NOINLINE void sg_rows_(\w+)\(", lines[int(line) - 1])[1]: int(k)
-        for line, k in counts
-        if lines[int(line) - 1].startswith("static SG_NOINLINE void sg_rows_")
+        re.match(r"static SG_NOINLINE void sg_rows_(\w+)\(", lines[line - 1])[1]: k
+        for line, k in _vectorized_lines(tc, text, tmp_path).items()
+        if lines[line - 1].startswith("static SG_NOINLINE void sg_rows_")
     }
 
 

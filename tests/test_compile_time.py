@@ -3,16 +3,20 @@ CSE steps), never wall time; and the large functions' gradients against finite d
 
 import random
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
 import sympy
 
-import symgrad as sg
 from symgrad.compiler import cse, dag, passes
 from symgrad.compiler.fastdiff import diff
 from symgrad.compiler.local import local_derivative
 from symgrad.compiler.primitives import sigmoid, softplus
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
+
+import large_models  # noqa: E402
 
 ASSUMPTIONS = sys.modules["sympy.core.assumptions"]
 
@@ -90,31 +94,11 @@ def test_large_program_cse_skips_sympys_quadratic_steps(monkeypatch):
 
 
 def lennard_jones(n, tag=""):
-    def lj(x: sg.Matrix(n, 3)):
-        e = 0
-        for i in range(n):
-            for j in range(i + 1, n):
-                r = sg.sqrt(sum((x[i, k] - x[j, k]) ** 2 for k in range(3)))
-                e = e + 4 * (r**-12 - r**-6)
-        return e
-
-    lj.__name__ = f"lj{n}_ct{tag}"
-    return sg.function(lj)
+    return large_models.lennard_jones(n, name=f"lj{n}_ct{tag}")
 
 
 def tanh_net(layers, width, n_in, tag=""):
-    rng = random.Random(0)
-    sizes = [n_in] + [width] * layers
-    w = [[[rng.gauss(0, a**-0.5) for _ in range(a)] for _ in range(b)] for a, b in zip(sizes, sizes[1:])]
-
-    def net(x: sg.Vector(n_in)):
-        h = [x[i] for i in range(n_in)]
-        for layer in w:
-            h = [sg.tanh(sum(c * v for c, v in zip(row, h)) + 0.1) for row in layer]
-        return sum(h)
-
-    net.__name__ = f"net{layers}x{width}_ct{tag}"
-    return sg.function(net)
+    return large_models.tanh_mlp(layers, width, n_in, name=f"net{layers}x{width}_ct{tag}")
 
 
 def central_differences(f, x, h):

@@ -9,16 +9,17 @@ tree; these follow the DAG, in time linear in the number of distinct nodes.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Container, Iterator
 
 import sympy
 from sympy.core.singleton import Singleton
 
 
-def nodes(*roots: sympy.Basic) -> Iterator[sympy.Basic]:
-    """Every distinct sub-expression of ``roots`` once, children before parents (each root after its own)."""
+def nodes(*roots: sympy.Basic, skip: Container = frozenset()) -> Iterator[sympy.Basic]:
+    """Every distinct sub-expression of ``roots`` once, children before parents (each root after its own);
+    a node in ``skip`` (e.g. a memo's keys: already known) is neither yielded nor entered."""
     seen: set[sympy.Basic] = set()
-    stack: list[tuple[sympy.Basic, bool]] = [(r, False) for r in reversed(roots)]
+    stack: list[tuple[sympy.Basic, bool]] = [(r, False) for r in reversed(roots) if r not in skip]
     while stack:
         node, expanded = stack.pop()
         if expanded:
@@ -28,7 +29,7 @@ def nodes(*roots: sympy.Basic) -> Iterator[sympy.Basic]:
             continue
         seen.add(node)
         stack.append((node, True))
-        stack.extend((a, False) for a in reversed(node.args) if a not in seen)
+        stack.extend((a, False) for a in reversed(node.args) if a not in seen and a not in skip)
 
 
 def preorder(expr: sympy.Basic, skip: set | frozenset = frozenset()) -> Iterator[sympy.Basic]:
@@ -67,25 +68,6 @@ def free_symbols(expr: sympy.Basic) -> set[sympy.Basic]:
     return {node for node in nodes(expr) if node.is_Symbol}
 
 
-def _new_nodes(root: sympy.Basic, known: dict) -> Iterator[sympy.Basic]:
-    """The sub-expressions of ``root`` not in ``known`` once, children before parents; a node in ``known``
-    is neither yielded nor entered."""
-    if root in known:
-        return
-    seen: set[sympy.Basic] = set()
-    stack: list[tuple[sympy.Basic, bool]] = [(root, False)]
-    while stack:
-        node, expanded = stack.pop()
-        if expanded:
-            yield node
-            continue
-        if node in seen:
-            continue
-        seen.add(node)
-        stack.append((node, True))
-        stack.extend((a, False) for a in reversed(node.args) if a not in seen and a not in known)
-
-
 #: Entries a memo (``fold``'s, ``bottom_up``'s shared ones) holds before it is emptied: memory stays bounded.
 MEMO_LIMIT = 200_000
 #: Held while a memo shared between calls is read and filled (threads that lower at once never see one
@@ -101,7 +83,7 @@ def fold(expr: sympy.Basic, fn: Callable[[sympy.Basic, list], object], memo: dic
         if expr not in memo:
             if len(memo) > MEMO_LIMIT:
                 memo.clear()
-            for node in _new_nodes(expr, memo):
+            for node in nodes(expr, skip=memo):
                 memo[node] = fn(node, [memo[a] for a in node.args])
         return memo[expr]
 
@@ -148,7 +130,7 @@ def bottom_up(
 
 
 def _bottom_up(expr: sympy.Basic, fn: Callable[[sympy.Basic], sympy.Basic], done: dict) -> sympy.Basic:
-    for node in _new_nodes(expr, done):
+    for node in nodes(expr, skip=done):
         if not node.args:
             done[node] = node
             continue
