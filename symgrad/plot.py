@@ -1,9 +1,10 @@
 """``f.plot()`` and ``symgrad plot``: a function and its derivative over a range, on one matplotlib Figure.
 
-The derivative comes from the compiled vjp, and central finite differences are drawn over it as points, so
-that a wrong gradient shows. Where the value or the derivative is NaN or infinite the range is shaded; the
-points where a ``where``/``clamp`` condition, a ``Max``/``Min``/``maximum``/``minimum`` or an ``Abs`` of
-the traced function switches branch are marked (kinks, or branch switches of a smooth function).
+The derivative comes from the compiled vjp (the second, with ``order=2``, from the compiled hvp), and central
+finite differences are drawn over each as points (of the value, of the vjp), so that a wrong gradient shows.
+Where the value or the derivative is NaN or infinite the range is shaded; the points where a
+``where``/``clamp`` condition, a ``Max``/``Min``/``maximum``/``minimum`` or an ``Abs`` of the traced function
+switches branch are marked (kinks, or branch switches of a smooth function).
 """
 
 from __future__ import annotations
@@ -99,14 +100,30 @@ def _arguments(compiled, wrt: str | None, at: Mapping[str, float] | None) -> tup
     return wrt, at
 
 
+def _arrays(compiled, wrt: str, at: dict, x: np.ndarray) -> list[np.ndarray]:
+    return [x if n == wrt else np.full_like(x, at[n]) for n in compiled.arg_names]
+
+
 def _curves(compiled, wrt: str, at: dict, x: np.ndarray, output: int) -> tuple[np.ndarray, np.ndarray]:
     """(value, derivative along ``wrt``) of output ``output`` on the grid ``x``."""
-    args = [x if n == wrt else np.full_like(x, at[n]) for n in compiled.arg_names]
+    args = _arrays(compiled, wrt, at, x)
     cots = [np.full_like(x, float(k == output)) for k in range(compiled.n_outputs)]
     with np.errstate(all="ignore"):
         outs, grads = compiled.value_and_vjp(*args, *cots)
     value = outs[output] if compiled.returns_tuple else outs
     return value, grads[compiled.arg_names.index(wrt)]
+
+
+def second_derivative(compiled, wrt: str, at: dict, x: np.ndarray, output: int = 0) -> np.ndarray:
+    """The second derivative along ``wrt`` of output ``output`` on the grid ``x`` (the compiled hvp)."""
+    tangents = [
+        (np.full_like(x, float(n == wrt)) if diff else None)
+        for n, diff in zip(compiled.arg_names, compiled.arg_diff)
+    ]
+    cots = tuple(np.full_like(x, float(k == output)) for k in range(compiled.n_outputs))
+    with np.errstate(all="ignore"):
+        hvp = compiled.hvp(_arrays(compiled, wrt, at, x), tangents, cots)
+    return hvp[compiled.arg_names.index(wrt)]
 
 
 def plot(
@@ -118,17 +135,22 @@ def plot(
     points: int | None = None,
     path: str | Path | None = None,
     range2: tuple[float, float] | None = None,
+    order: int = 1,
 ):
     """A matplotlib Figure of ``fn``'s output ``output`` and its derivative along argument ``wrt`` (the
-    first one) over ``range`` (``points``: 801), the other arguments fixed at ``at`` (default 1.0);
-    finite differences as points, NaN/inf regions shaded, branch switches as dotted lines; ``path``: saved
-    there (.png, .svg). Two arguments in ``wrt`` (the default for a function of two, with no ``at``): heat
-    maps of the value and of the gradient norm over ``range`` x ``range2`` (default: ``range``; ``points``:
-    201 per axis), see ``symgrad.heatmap``."""
+    first one; ``order`` 2: and its second derivative) over ``range`` (``points``: 801), the other arguments
+    fixed at ``at`` (default 1.0); finite differences as points, NaN/inf regions shaded, branch switches as
+    dotted lines; ``path``: saved there (.png, .svg). Two arguments in ``wrt`` (the default for a function
+    of two, with no ``at``): heat maps of the value and of the gradient norm over ``range`` x ``range2``
+    (default: ``range``; ``points``: 201 per axis), see ``symgrad.heatmap``."""
     compiled = fn.compiled() if hasattr(fn, "compiled") else fn
     if wrt is None and not at and len(compiled.arg_names) == 2:
         wrt = compiled.arg_names
+    if order not in (1, 2):
+        raise ModelError(f"plot order: expected 1 or 2, got {order}")
     if wrt is not None and not isinstance(wrt, str):
+        if order == 2:
+            raise ModelError("plot order 2 draws a curve along one argument: pass wrt= (--wrt) one name")
         return heatmap(fn, tuple(wrt), range, range2 or range, at, output, points or 201, path)
     wrt, at = _arguments(compiled, wrt, at)
     lo, hi = _span(range)
@@ -143,10 +165,17 @@ def plot(
     ax.plot(x, value, label=f"{name}{out}", color="C0")
     ax.plot(x, deriv, label=f"d/d{wrt}", color="C1")
     ax.plot(xs, fd, "o", ms=4, mfc="none", color="C3", label="finite differences")
-    _mark(ax, x, ~(np.isfinite(value) & np.isfinite(deriv)), switches)
-    ax.set_ylim(*_y_limits(value, deriv))
+    curves = [value, deriv]
+    if order == 2:
+        curves.append(second_derivative(compiled, wrt, at, x, output))
+        ax.plot(x, curves[-1], label=f"d²/d{wrt}²", color="C2")
+        xs, fd2 = _finite_differences(compiled, wrt, at, (lo, hi), output, switches, of=1)
+        ax.plot(xs, fd2, "s", ms=4, mfc="none", color="C4", label="finite differences of d/d" + wrt)
+    _mark(ax, x, ~np.logical_and.reduce([np.isfinite(c) for c in curves]), switches)
+    ax.set_ylim(*_y_limits(*curves))
     ax.set_xlabel(wrt)
-    ax.set_title(f"{compiled.name} and its derivative [{compiled.origin}]")
+    what = "its derivative" if order == 1 else "its first and second derivatives"
+    ax.set_title(f"{compiled.name} and {what} [{compiled.origin}]")
     ax.grid(alpha=0.3)
     ax.legend(loc="best", fontsize=9)
     if path is not None:
@@ -161,13 +190,16 @@ def _span(span: tuple[float, float]) -> tuple[float, float]:
     return lo, hi
 
 
-def _finite_differences(compiled, wrt: str, at: dict, span: tuple, output: int, switches: list) -> tuple:
-    """(points, central differences) at ``FD_POINTS`` points of ``span``, none within reach of a switch."""
+def _finite_differences(
+    compiled, wrt: str, at: dict, span: tuple, output: int, switches: list, of: int = 0
+) -> tuple:
+    """(points, central differences of the value, or with ``of=1`` of the derivative) at ``FD_POINTS`` points
+    of ``span``, none within reach of a switch."""
     xs = np.linspace(*span, FD_POINTS + 2)[1:-1]
     step = lambda t: np.cbrt(np.finfo(float).eps) * np.maximum(1.0, np.abs(t))  # noqa: E731
     xs = xs[[all(abs(t - s) > 4 * step(t) for s in switches) for t in xs]]
     h = step(xs)
-    up, down = (_curves(compiled, wrt, at, xs + sign * h, output)[0] for sign in (1, -1))
+    up, down = (_curves(compiled, wrt, at, xs + sign * h, output)[of] for sign in (1, -1))
     with np.errstate(all="ignore"):
         return xs, (up - down) / (2 * h)
 

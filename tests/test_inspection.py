@@ -298,6 +298,26 @@ def test_plot_shades_nan_and_inf_and_holds_other_arguments(tmp_path):
         g.plot(at={"z": 1.0})
 
 
+def test_plot_order_2_draws_the_second_derivative_over_differences_of_the_first(model):
+    pytest.importorskip("matplotlib")
+
+    @sg.function
+    def wave(x, a):
+        return sg.sin(a * x) * x
+
+    fig = wave.plot((-2, 2), wrt="x", at={"a": 1.5}, points=201, order=2)
+    lines, x = _lines(fig), np.linspace(-2, 2, 201)
+    second = -(1.5**2) * x * np.sin(1.5 * x) + 3.0 * np.cos(1.5 * x)  # d2/dx2 of x sin(a x) at a = 1.5
+    np.testing.assert_allclose(lines["d²/dx²"].get_ydata(), second, rtol=1e-12, atol=1e-12)  # float64
+    fd = lines["finite differences of d/dx"]
+    np.testing.assert_allclose(fd.get_ydata(), np.interp(fd.get_xdata(), x, second), rtol=1e-3, atol=1e-3)
+    assert "first and second derivatives" in fig.axes[0].get_title()
+    with pytest.raises(sg.ModelError, match="order 2 draws a curve along one argument"):
+        wave.plot(order=2)  # a heat map
+    r = run_symgrad("plot", "model.py", "gelu_tanh", "--order", "2", "-o", "g.png", cwd=model)
+    assert r.returncode == 0 and (model / "g.png").stat().st_size > 1000, r.stderr
+
+
 def test_plot_command_writes_the_image(model, monkeypatch):
     pytest.importorskip("matplotlib")
     r = run_symgrad("plot", "model.py", "blend", "--wrt", "y", "--at", "x=0.5", "-o", "b.png", cwd=model)

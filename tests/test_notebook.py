@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import importlib.util
 import re
+import subprocess
 import sys
+import textwrap
 import types
 
 import nbformat
@@ -14,8 +16,9 @@ import pytest
 from nbclient import NotebookClient
 
 import symgrad as sg
-from symgrad import notebook
+from symgrad.build.compile import compile_model
 from symgrad.compiled import display
+from symgrad.compiler import latex
 from tests.cli_runner import ROOT
 
 
@@ -47,16 +50,48 @@ def test_function_latex_keeps_argument_names_symbols():
     tex = shadows._repr_latex_()
     assert tex.startswith(r"$\displaystyle \begin{aligned} out &= E \operatorname{where}{\left(\gamma > 0")
     assert r"\operatorname{vjp}_{\gamma} &= E grad \operatorname{where}{\left(\gamma > 0,1,0 \right)}" in tex
-    assert notebook.formula_latex("derived program of 61 ops (see symgrad show --program vjp)") is None
+    assert latex.formula_latex("derived program of 61 ops (see symgrad show --program vjp)") is None
+    assert latex.formula_latex("x + " * latex.MAX_CHARS + "x") is None
+    (_, (_, _, word)) = latex.rows([("out", "x*y")], [("y", "non_differentiable")])
+    assert word is None  # a nondiff argument's keyword is no symbol
 
 
-def test_compiled_function_renders_the_manifest_text_without_sympy():
-    compiled = polar.compiled()
-    assert "<code>grad_out0*cos(theta) + grad_out1*sin(theta)</code>" in compiled._repr_html_()
-    assert (
-        r"\texttt{vjp r} &= \texttt{grad\_out0*cos(theta) + grad\_out1*sin(theta)}" in compiled._repr_latex_()
+def test_compiled_package_shows_latex_formulas_without_sympy(tmp_path):
+    """A package loaded in a fresh process typesets its formulas from the LaTeX compiled into its manifest
+    (the runtime never imports SymPy)."""
+    (tmp_path / "model.py").write_text(
+        "import symgrad as sg\n\n\n@sg.function\n"
+        "def polar(r, theta):\n    return r * sg.cos(theta), r * sg.sin(theta)\n"
     )
+    compile_model(tmp_path / "model.py", tmp_path / "pkg")
+    script = textwrap.dedent(
+        f"""
+        import sys
+        from symgrad.compiled import load_package
+        polar = load_package({str(tmp_path / "pkg")!r})["polar"]
+        print(polar._repr_latex_())
+        print(polar._repr_html_())
+        print("sympy loaded:", "sympy" in sys.modules)
+        """
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True, cwd=ROOT
+    ).stdout
+    assert r"\operatorname{vjp}_{\theta} &= - grad_{out0} r \sin{\left(\theta \right)}" in out
+    assert r"<td>vjp r</td><td style='text-align:left'>\(grad_{out0} \cos{\left(\theta \right)}" in out
+    assert "texttt" not in out and "sympy loaded: False" in out
+
+
+def test_a_package_without_latex_shows_formulas_as_text():
+    compiled = polar.compiled()
+    older = types.SimpleNamespace(**{k: getattr(compiled, k) for k in _SHOWN}, formulas_latex=[])
+    assert "<code>grad_out0*cos(theta) + grad_out1*sin(theta)</code>" in display.html(older)
+    assert r"\texttt{vjp r} &= \texttt{grad\_out0*cos(theta) + grad\_out1*sin(theta)}" in display.latex(older)
     assert display.latex_text(r"a_b^{c}~\%#$&") == r"\texttt{a\_b\^{}\{c\}\~{}\textbackslash{}\%\#\$\&}"
+
+
+_SHOWN = ("name", "arg_names", "arg_shapes", "out_shapes", "returns_tuple", "origin", "formulas")
+_SHOWN += ("derivatives", "op_counts", "source")
 
 
 def _hostile() -> types.SimpleNamespace:

@@ -52,6 +52,17 @@ def scaled(r, theta):
     return r * sg.cos(theta) + r / 2, 1.0 * r * sg.sin(theta)
 
 
+@sg.function
+def loop_sums(x: sg.Vector(3)):
+    s = 0
+    for i in range(3):
+        s = s + x[i] ** 2
+    total = 0
+    for i in range(3):
+        total = total + x[i] * x[(i + 1) % 3]
+    return sg.sqrt(s) * x[0], sg.exp(-total) * x[1] + sg.exp(-total) * x[2]
+
+
 def _temporaries(kernel) -> set[str]:
     return {a.target.name for p in kernel.programs for a in p.body if isinstance(a.target, Temporary)}
 
@@ -86,6 +97,20 @@ def test_the_users_locals_name_temporaries():
     assert "decay = exp(-Abs(x))" in forward and "wave = sin(x*y)" in forward
 
 
+def test_sums_built_in_loops_name_the_temporaries_they_are_an_operand_of():
+    """A local summed in a loop (``s``) is no temporary of its own, but names those it is the one operand of
+    (``sqrt_s``, ``exp_neg_total``: as ``-total``)."""
+    kernel = compile_spec(loop_sums.trace())
+    names = _temporaries(kernel)
+    assert {"sqrt_s", "exp_neg_total"} <= names, names
+    assert "exp_neg_total = exp(-x_0*x_1 - x_0*x_2 - x_1*x_2)" in str(kernel.program("forward"))
+    x = np.array([[0.3, -1.2, 2.0], [1.5, 0.25, -0.5]])
+    s, total = (x**2).sum(-1), (x * np.roll(x, -1, axis=-1)).sum(-1)
+    out0, out1 = loop_sums.compiled()(x)
+    np.testing.assert_allclose(out0, np.sqrt(s) * x[:, 0], rtol=1e-14)  # float64
+    np.testing.assert_allclose(out1, np.exp(-total) * (x[:, 1] + x[:, 2]), rtol=1e-14)
+
+
 def test_name_collisions_are_resolved(backend):
     spec = clashing.trace()
     user_names = [n for _, n in spec.names]
@@ -112,7 +137,7 @@ def _as_numbered(key: str, name: str, **assumptions) -> sympy.Symbol:
     return sympy.Symbol(key.split("\0")[0], **assumptions)
 
 
-@pytest.mark.parametrize("function", [blend, with_locals, clashing, scaled])
+@pytest.mark.parametrize("function", [blend, with_locals, clashing, scaled, loop_sums])
 def test_readable_names_leave_every_result_bit_for_bit_unchanged(function, monkeypatch, tmp_path, backend):
     """Readable names change only the text: every program's results, in both dtypes, are identical to the
     same kernel with numbered temporaries (``naming.Temporary`` keeps SymPy's operand order)."""
@@ -128,7 +153,7 @@ def test_readable_names_leave_every_result_bit_for_bit_unchanged(function, monke
         results.append(load_package(tmp_path / name)[spec.name])
     rng = np.random.default_rng(0)
     for dtype in ("float64", "float32"):
-        args = [rng.normal(size=257).astype(dtype) for _ in spec.args]
+        args = [rng.normal(size=(257, *a.shape)).astype(dtype) for a in spec.args]
         cot = [rng.normal(size=257).astype(dtype) for _ in spec.outputs]
         a, b = (fn.value_and_vjp(*args, *cot) for fn in results)
         for u, v in zip(

@@ -286,7 +286,8 @@ def cmd_plot(args: argparse.Namespace) -> int:
     path = Path(args.o or f"{fn.name}.png")
     wrt = args.wrt.split(",") if args.wrt and "," in args.wrt else args.wrt
     range2 = tuple(args.range2) if args.range2 else None
-    plot(fn, tuple(args.range), wrt=wrt, at=at, output=args.output, path=path, range2=range2)
+    options = {"output": args.output, "path": path, "range2": range2, "order": args.order}
+    plot(fn, tuple(args.range), wrt=wrt, at=at, **options)
     _say(f"wrote {path}")
     return 0
 

@@ -131,6 +131,7 @@ def _plot_parser(sub) -> None:
         "draw a function and its derivative over a range, or heat maps of the value and the gradient norm of "
         "a function of two arguments (needs matplotlib: pip install 'symgrad[plot]')",
         "  symgrad plot model.py softplus\n"
+        "  symgrad plot model.py gelu_tanh --order 2 --range -4 4\n"
         "  symgrad plot model.py blend --wrt y --at x=0.5 --range -2 2 -o blend.svg\n"
         "  symgrad plot model.py blend --wrt x,y --range -2 2 --range2 -1 1 -o blend_map.png",
     )
@@ -167,6 +168,14 @@ def _plot_parser(sub) -> None:
         help="the value of another argument (default: 1.0 each); e.g. --at x=0.5",
     )
     p.add_argument("--output", type=int, default=0, help="which output of a tuple (default: 0); e.g. 1")
+    p.add_argument(
+        "--order",
+        type=int,
+        choices=(1, 2),
+        default=1,
+        help="2: also the second derivative along x, with finite differences of the first (not for heat "
+        "maps) (default: 1); e.g. --order 2",
+    )
     p.add_argument(
         "-o",
         metavar="PATH",

@@ -1,13 +1,12 @@
 """How a compiled function shows itself in a notebook (``_repr_html_``, ``_repr_latex_``): its formulas, the
 op count of each program and the generated NumPy source, collapsed, highlighted by pygments when installed.
 
-No SymPy here: the formulas are the manifest's text. ``symgrad.notebook`` renders an ``@sg.function``'s as
-LaTeX and passes them to ``html`` in their place.
+No SymPy here: the formulas' LaTeX was worked out when the package was compiled (the manifest's ``"latex"``,
+``symgrad.compiler.latex``); a formula without it (too long, or a package written before) shows as text.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from html import escape
 
 #: LaTeX's special characters, as ``\texttt`` text shows them
@@ -47,13 +46,27 @@ def signature(fn) -> str:
     return escape(f"{fn.name}({args}) -> {result}")
 
 
-def html(fn, formulas: Sequence[tuple[str, str]] | None = None) -> str:
-    """The HTML of compiled function ``fn``; ``formulas``: (label, cell HTML) rows in place of its manifest's
-    formulas as ``<code>`` (the caller escapes them)."""
-    if formulas is None:
-        formulas = [(escape(label), f"<code>{escape(text)}</code>") for label, text in formula_rows(fn)]
+def typeset_rows(fn) -> list[tuple[str, str | None, str, str | None]]:
+    """(label, its LaTeX, formula text, its LaTeX) per row of ``formula_rows``; the LaTeX is None where the
+    manifest has none."""
+    compiled = {label: (label_tex, tex) for label, label_tex, tex in getattr(fn, "formulas_latex", ())}
+    rows = []
+    for label, text in formula_rows(fn):
+        label_tex, tex = compiled.get(label, (None, None))
+        rows.append((label, label_tex, text, tex))
+    return rows
+
+
+def _cell(text: str, tex: str | None) -> str:
+    """A formula's HTML: its LaTeX for MathJax (``\\(...\\)``) or its text as ``<code>``, escaped."""
+    return f"<code>{escape(text)}</code>" if tex is None else escape(r"\(" + tex + r"\)")
+
+
+def html(fn) -> str:
+    """The HTML of compiled function ``fn``."""
     rows = "".join(
-        f"<tr><td>{label}</td><td style='text-align:left'>{cell}</td></tr>" for label, cell in formulas
+        f"<tr><td>{escape(label)}</td><td style='text-align:left'>{_cell(text, tex)}</td></tr>"
+        for label, _, text, tex in typeset_rows(fn)
     )
     programs = "".join(f"<th>{escape(p)}</th>" for p in fn.op_counts)
     counts = "".join(f"<td>{n}</td>" for n in fn.op_counts.values())
@@ -70,17 +83,25 @@ def latex_text(text: str) -> str:
     return r"\texttt{" + "".join(_LATEX_TEXT.get(c, c) for c in text) + "}"
 
 
-def latex(fn, formulas: Sequence[tuple[str, str]] | None = None) -> str:
-    """An ``aligned`` block of ``label = formula`` lines; ``formulas``: (label, formula) LaTeX pairs in place
-    of the manifest's text."""
-    if formulas is None:
-        formulas = [(latex_text(label), latex_text(text)) for label, text in formula_rows(fn)]
-    lines = r" \\ ".join(f"{label} &= {body}" for label, body in formulas)
+def latex(fn) -> str:
+    """An ``aligned`` block of ``label = formula`` lines (text as ``\\texttt`` where there is no LaTeX)."""
+    lines = r" \\ ".join(
+        f"{label_tex or latex_text(label)} &= {tex or latex_text(text)}"
+        for label, label_tex, text, tex in typeset_rows(fn)
+    )
     return rf"$\displaystyle \begin{{aligned}} {lines} \end{{aligned}}$"
 
 
 class Notebook:
     """``_repr_html_`` and ``_repr_latex_`` of ``CompiledFunction`` (a mixin: the rendering lives here)."""
+
+    _entry: dict  # the function's manifest entry
+
+    @property
+    def formulas_latex(self) -> list[list]:
+        """``[label, label LaTeX, formula LaTeX or None]`` per formula, as compiled into the manifest
+        (empty for a package written before it held them)."""
+        return self._entry.get("latex", [])
 
     def _repr_html_(self) -> str:
         return html(self)

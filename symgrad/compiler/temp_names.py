@@ -48,13 +48,18 @@ class ProgramNames:
         """The name of ``sym := expr`` (``shown``: ``expr`` in the readable names given so far)."""
         user = self._user_name(sym, expr)
         if user is None:
-            user = readable(shown)
+            user = readable(self._operand_named(expr, shown))
         if user is None:
             user, self.count = f"t{self.count}", self.count + 1
         return self.namer(user)
 
     def _user_name(self, sym: Symbol, expr: sympy.Basic) -> str | None:
-        self.value[sym] = None
+        self.value[sym] = self._value(expr)
+        return None if self.value[sym] is None else self.names.by_value.get(self.value[sym][0])
+
+    def _value(self, expr: sympy.Basic, negated: bool = False) -> tuple[sympy.Basic, int] | None:
+        """``expr`` over the arguments and its size as a tree; None when it depends on anything else or can
+        be no named value (nor, if ``negated``, the negation of one: each term's -1 makes it larger)."""
         if not self.names.by_value or dag.has(expr, sympy.Piecewise):
             return None  # rebuilding a Piecewise re-folds its conditions (exponential when nested)
         symbols = dag.free_symbols(expr)
@@ -62,8 +67,41 @@ class ProgramNames:
             return None
         rule = {s: self.value[s] for s in symbols if s in self.value}
         size = sum(rule[n][1] if n in rule else 1 for n in sympy.preorder_traversal(expr))
-        if size > self.names.largest:
+        if size > (2 * self.names.largest + 1 if negated else self.names.largest):
             return None
-        value = dag.xreplace(expr, {s: v for s, (v, _) in rule.items()}, evaluate=False)  # functions: fast
-        self.value[sym] = (value, size)
-        return self.names.by_value.get(value)
+        values = {s: v for s, (v, _) in rule.items()}
+        return dag.xreplace(expr, values, evaluate=False), size  # functions unevaluated: fast
+
+    def _operand_named(self, expr: sympy.Basic, shown: sympy.Basic) -> sympy.Basic:
+        """``shown`` with its one operand (of a function of one argument, a power, a number times it) as a
+        symbol of the user's name for it (``sqrt(s)``, ``-total``) where it has one, so that the structural
+        name says it (``sqrt_s``, ``neg_total``); else ``shown``."""
+        at = _operand_at(expr)
+        if at is None or _operand_at(shown) != at or len(shown.args) != len(expr.args):
+            return shown
+        value = self._value(expr.args[at], negated=True)
+        if value is None:
+            return shown
+        name = self.names.by_value.get(value[0])
+        if name is None:
+            negated = self.names.by_value.get(-value[0])
+            return shown if negated is None else _with_operand(shown, at, -Symbol(negated, real=True))
+        return _with_operand(shown, at, Symbol(name, real=True))
+
+
+def _operand_at(expr: sympy.Basic) -> int | None:
+    """The position of the one non-number operand of ``expr`` (a function of one argument, a power with a
+    number exponent, a number times one factor), or None."""
+    if isinstance(expr, sympy.Function) and len(expr.args) == 1 and not expr.is_Piecewise:
+        return 0
+    if isinstance(expr, (sympy.Pow, sympy.Mul)) and len(expr.args) == 2:
+        numbers = [a.is_Number for a in expr.args]
+        if numbers.count(True) == 1 and not (isinstance(expr, sympy.Pow) and numbers[0]):
+            return numbers.index(False)
+    return None
+
+
+def _with_operand(expr: sympy.Basic, at: int, operand: sympy.Basic) -> sympy.Basic:
+    """``expr`` with argument ``at`` replaced by ``operand`` (a symbol or its negation: only the name of the
+    result is wanted, never its value)."""
+    return expr.func(*expr.args[:at], operand, *expr.args[at + 1 :])
