@@ -150,6 +150,27 @@ def test_long_first_call_prints_one_line_unless_quiet(tmp_path, capsys, quick_no
     assert capsys.readouterr() == ("", "")
 
 
+def test_threads_waiting_on_one_first_call_print_one_line(capsys, quick_notice):
+    """Eight threads making the same first call each printed "compiling ...": the ones that wait on the
+    build stay quiet."""
+    import threading
+
+    def slow_same(x):
+        time.sleep(1.0)
+        return x * 7
+
+    f = sg.function(slow_same)
+    results = []
+    threads = [threading.Thread(target=lambda: results.append(f(np.array([1.0])))) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(results) == 8 and all(r[0] == 7.0 for r in results)
+    out, err = capsys.readouterr()
+    assert out == "" and err == "symgrad: compiling test_bounded.py:slow_same...\n"
+
+
 def test_short_builds_print_nothing(tmp_path, capsys, monkeypatch):
     from symgrad.build import progress
 

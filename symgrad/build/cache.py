@@ -87,12 +87,19 @@ def _remove_at_exit(path: Path, owner: int) -> None:
         shutil.rmtree(path, ignore_errors=True)
 
 
+def private_dir(prefix: str) -> Path:
+    """A fresh temporary directory for this process only, removed when it exits (not when a forked child
+    that inherited it exits)."""
+    path = Path(tempfile.mkdtemp(prefix=prefix))
+    atexit.register(_remove_at_exit, path, os.getpid())
+    return path
+
+
 def _fall_back(
     root: Path, exc: OSError, advice: str = "Set SYMGRAD_CACHE_DIR to a writable directory."
 ) -> Path:
     global _fallback
-    _fallback = Path(tempfile.mkdtemp(prefix="symgrad-cache-"))
-    atexit.register(_remove_at_exit, _fallback, os.getpid())  # it serves this process only
+    _fallback = private_dir("symgrad-cache-")  # it serves this process only
     warnings.warn(
         f"symgrad: cache directory {root} is not usable ({exc}); using {_fallback} for this "
         f"process. {advice}",

@@ -38,25 +38,35 @@ def say(text: str, end: str = "\n") -> None:
 
 
 _scope = threading.local()
+_pending: set[str] = set()  # builds some thread is announcing: threads that wait on the same build stay quiet
+_pending_lock = threading.Lock()
 
 
 @contextlib.contextmanager
 def notice(what: str, quiet: bool | None = None) -> Iterator[None]:
     """Say ``symgrad: compiling <what>...`` on stderr once the block has run ``NOTICE_AFTER`` seconds
     (nothing when it ends sooner, or when ``quiet``; None: ``SYMGRAD_QUIET``). Inside another notice's
-    block (same thread) it says nothing: one line per long call."""
+    block (same thread), or while another thread announces the same ``what``, it says nothing: one line
+    per long build."""
     if getattr(_scope, "active", False) or (quiet if quiet is not None else quiet_by_default()):
         yield
         return
+    with _pending_lock:
+        first = what not in _pending
+        _pending.add(what)
     timer = threading.Timer(NOTICE_AFTER, say, (f"symgrad: compiling {what}...",))
     timer.daemon = True
-    _scope.active = True
-    timer.start()
+    _scope.active = True  # also where another thread announces: the builds this call waits on are its
+    if first:
+        timer.start()
     try:
         yield
     finally:
         timer.cancel()
         _scope.active = False
+        if first:
+            with _pending_lock:
+                _pending.discard(what)
 
 
 class FunctionLines:

@@ -8,21 +8,24 @@ machine, or one sharing the cache); else the model compiled once per process fro
 private temporary directory (a worker on another machine). An ``@sg.function`` defined at the top level of
 an importable module pickles as that module and name (and its package, loaded without tracing when it is
 there); any other pickles as its compiled function. No SymPy here.
+
+A package loaded from its directory may vanish before its kernels are loaded (``symgrad cache clear``): its
+files, read when it was found intact, are then written into a private directory (the same build, checked
+against the same digests); without them the shipped text is compiled again.
 """
 
 from __future__ import annotations
 
-import atexit
 import copyreg
 import hashlib
 import importlib
-import shutil
-import tempfile
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from symgrad.build.cache import private_dir
 from symgrad.build.compile import compile_model
 from symgrad.build.package import Package, intact_manifest
 from symgrad.compiled.function import CompiledFunction
@@ -30,6 +33,8 @@ from symgrad.errors import PackageError
 
 #: (package hash, function name) -> the function this process holds for it
 _functions: dict[tuple[str, str], CompiledFunction] = {}
+#: package hash -> the package this process unpickled functions of (one load of its kernels for them all)
+_packages: dict[str, Package] = {}
 _lock = threading.Lock()
 
 
@@ -84,16 +89,48 @@ def restore(ref: Reference) -> CompiledFunction:
     with _lock:
         fn = _functions.get(key)
         if fn is None:
-            package = _local_package(ref) or _shipped_package(ref)
+            package = _packages.get(ref.package_hash) or _local_package(ref) or _shipped_package(ref)
+            _packages[ref.package_hash] = package
             fn = _functions[key] = _function(package, ref.name)
     return fn
 
 
 def _local_package(ref: Reference) -> Package | None:
-    manifest = intact_manifest(Path(ref.path))
+    """The package at ``ref.path`` when it is intact with ``ref``'s hash, able to rebuild itself."""
+    path = Path(ref.path)
+    manifest = intact_manifest(path)
     if manifest is None or manifest.get("package_hash") != ref.package_hash:
         return None
-    return Package(Path(ref.path))
+    try:  # what was just found intact; read again, checked again when used
+        files = {f.name: f.read_bytes() for f in path.iterdir() if f.is_file()}
+    except OSError:
+        files = {}
+    return Package(path, rebuild=_rebuilder(ref, files))
+
+
+def _rebuilder(ref: Reference, files: dict[str, bytes]) -> Callable[[], Path]:
+    """``Package.rebuild`` for a package whose directory may vanish: writes ``files`` (its files as they
+    were) into a private directory, else compiles the text ``ref`` carries; once per package."""
+    built: list[Path] = []
+    lock = threading.Lock()
+
+    def rebuild() -> Path:
+        with lock:
+            if not built:
+                folder = private_dir("symgrad-restored-") if files else None
+                for name, data in files.items():
+                    (folder / name).write_bytes(data)
+                if folder is None or _hash_of(folder) != ref.package_hash:
+                    folder = _shipped_package(ref).path
+                built.append(folder)
+        return built[0]
+
+    return rebuild
+
+
+def _hash_of(path: Path) -> str | None:
+    manifest = intact_manifest(path)
+    return None if manifest is None else manifest.get("package_hash")
 
 
 def _shipped_package(ref: Reference) -> Package:
@@ -104,8 +141,7 @@ def _shipped_package(ref: Reference) -> Package:
             "its content hash) and it was not compiled from a model file whose text could travel; pickle "
             "the @sg.function from an importable module, or compile a model file with sg.compile"
         )
-    folder = Path(tempfile.mkdtemp(prefix="symgrad-shipped-"))
-    atexit.register(shutil.rmtree, folder, True)
+    folder = private_dir("symgrad-shipped-")
     for name, text in ref.files:
         (folder / name).parent.mkdir(parents=True, exist_ok=True)
         (folder / name).write_bytes(text)
@@ -142,8 +178,9 @@ def restore_symbolic(module: str, qualname: str, ref: Reference | None) -> Any:
     if ref is not None and f._compiled is None:
         with _lock:
             fn = _functions.get((ref.package_hash, ref.name))
-            package = None if fn is not None else _local_package(ref)
+            package = None if fn is not None else _packages.get(ref.package_hash) or _local_package(ref)
             if package is not None:
+                _packages[ref.package_hash] = package
                 fn = _functions[(ref.package_hash, ref.name)] = _function(package, ref.name)
         if fn is not None:
             f._compiled = fn

@@ -5,11 +5,17 @@ SymPy turns ``float('inf')`` into ``oo`` and folds ``x + oo`` to ``oo``, which l
 (IEEE arithmetic keeps it: d(x + inf)/dx = 1). While a body is traced (``tracing()``), a non-finite Python or
 NumPy float becomes a ``NonFinite`` atom that SymPy does not fold: its derivative is 0 and it prints as
 ``INFINITY``/``NAN`` in C, ``numpy.inf``/``numpy.nan`` in NumPy and ``inf``/``nan`` in formulas.
+
+Each constant the body writes is an atom of its own (a serial number tells them apart), so that SymPy never
+cancels ``x + inf - inf`` to ``x`` nor ``inf*x/inf`` to ``x``: the generated code computes them as the
+user's Python expression does in IEEE arithmetic (NaN), with PyTorch's gradients (1 and NaN). NaN counts as
+not finite, so that ``(x + nan)*0`` becomes SymPy's ``nan`` (refused at compile time) rather than 0.
 """
 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import math
 import threading
 from collections.abc import Iterator
@@ -27,20 +33,25 @@ class NonFinite(sympy.AtomicExpr):
     _C = {"inf": "INFINITY", "nan": "NAN"}
     _NUMPY = {"inf": "numpy.inf", "nan": "numpy.nan"}
 
+    is_commutative = True  # else Mul keeps it apart from the numbers, and 0*inf is 0 instead of nan
     kind_name: str
+    #: which constant of the model this is: two are never equal, so SymPy cancels neither ``inf - inf`` nor
+    #: ``inf/inf`` (in creation order, which keeps the order of terms, and the cache key, deterministic)
+    serial: int
 
-    def __new__(cls, kind: str) -> NonFinite:
+    def __new__(cls, kind: str, serial: int | None = None) -> NonFinite:
         if kind not in cls._C:
             raise ValueError(f"NonFinite takes 'inf' or 'nan', not {kind!r}")
         obj = super().__new__(cls)
         obj.kind_name = kind
+        obj.serial = next(_serials) if serial is None else serial
         return obj
 
     def __getnewargs__(self) -> tuple:
-        return (self.kind_name,)
+        return (self.kind_name, self.serial)
 
     def _hashable_content(self) -> tuple:
-        return (self.kind_name,)
+        return (self.kind_name, self.serial)
 
     # IEEE order: x < inf and x > -inf for every real x, so max(x, -inf) is x; NaN compares as nothing
     @property
@@ -48,12 +59,12 @@ class NonFinite(sympy.AtomicExpr):
         return None if self.kind_name == "nan" else True
 
     @property
-    def is_finite(self) -> bool | None:  # type: ignore[override]
-        return None if self.kind_name == "nan" else False
+    def is_finite(self) -> bool:  # type: ignore[override]
+        return False
 
     @property
-    def is_infinite(self) -> bool | None:  # type: ignore[override]
-        return None if self.kind_name == "nan" else True
+    def is_infinite(self) -> bool:  # type: ignore[override]
+        return True
 
     @property
     def is_extended_positive(self) -> bool | None:  # type: ignore[override]
@@ -80,7 +91,10 @@ class NonFinite(sympy.AtomicExpr):
         return self.kind_name
 
     def _sympyrepr(self, printer: Any) -> str:
-        return f"NonFinite({self.kind_name!r})"
+        return f"NonFinite({self.kind_name!r})"  # no serial: a cache key must not depend on the count
+
+
+_serials = itertools.count()
 
 
 def constant(value: float) -> sympy.Expr:
