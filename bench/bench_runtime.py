@@ -2,13 +2,14 @@
 
     python bench/bench_runtime.py [--steps 300] [--repeat 3]
 
-1. A chain of 20 small elementwise ops (10-element float32 tensors), forward + backward, per op:
-   symgrad's tape with the compiled primitives; the same tape with bare NumPy stand-in kernels (the tape's own
-   cost, without the compiled-function boundary); PyTorch eager.
-2. The same 20-op formula as one compiled ``@sg.function`` node (forward + backward per call).
-3. Time per 60k-sample epoch of a 784-128-10 MLP (float32, ReLU, cross-entropy, Adam) at batch 32 and 256,
+1. The tape table, float64 and float32, 10-element tensors, forward + backward, symgrad vs PyTorch eager in
+   interleaved rounds: one op alone (``x * y``, ``sin(x)``, ``x + 1``: backward's fixed cost included), a
+   chain of 20 ops per op, the same 20-op formula as one compiled ``@sg.function`` node, and the chain with
+   bare NumPy stand-in kernels (the tape's own cost, without the compiled-function boundary).
+2. Time per 60k-sample epoch of a 784-128-10 MLP (float32, ReLU, cross-entropy, Adam) at batch 32 and 256,
    extrapolated from ``--steps`` steps on synthetic data: symgrad vs hand-written NumPy vs PyTorch eager.
-Targets: <= 5 us per runtime op (fwd + bwd); MLP epoch within 1.2x of hand-written NumPy.
+Targets: <= 5 us per runtime op in the chain (fwd + bwd), <= 10 us per compiled node; MLP epoch within
+1.2x of hand-written NumPy.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import time
 from collections.abc import Callable
 
 import numpy as np
-from common import best_time, chain20, formula, optional_torch  # first: puts the checkout on sys.path
+from common import chain20, formula, optional_torch  # first: puts the checkout on sys.path
 
 import symgrad as sg
 from symgrad.runtime import elementwise
@@ -54,29 +55,68 @@ BARE = {
 }
 
 
-def bench_chain(repeat: int) -> list[tuple[str, float]]:
-    data = np.linspace(0.1, 1.0, 10, dtype=np.float32)
-    x = sg.tensor(data, requires_grad=True)
-    seed = sg.tensor(np.ones(10, np.float32))
+CHAIN, NODE = "chain op (20-op formula / 20)", "20-op formula as one node (torch: 20 ops)"
 
-    def runtime_step():
-        formula(x, sg.Tensor.sin).backward(seed)
 
-    rows = [("runtime op, compiled primitives", best_time(runtime_step, repeat) / 20)]
-    compiled = elementwise.primitives()
-    saved = {k: compiled[k] for k in BARE}
-    compiled.update(BARE)
-    try:
-        rows.append(("runtime op, bare NumPy kernels", best_time(runtime_step, repeat) / 20))
-    finally:
-        compiled.update(saved)
+def _interleaved(cases: dict[str, Callable[[], object]], repeat: int) -> dict[str, float]:
+    """Seconds per call of each case: the best of ``repeat`` rounds that run every case once in turn, so
+    that a busy machine slows every column alike (each batch ~2 ms, after two warm-up calls)."""
+    numbers = {}
+    for name, fn in cases.items():
+        fn()
+        start = time.perf_counter()
+        fn()
+        numbers[name] = max(1, int(0.002 / max(time.perf_counter() - start, 1e-7)))
+    best = dict.fromkeys(cases, math.inf)
+    for _ in range(repeat):
+        for name, fn in cases.items():
+            start = time.perf_counter()
+            for _ in range(numbers[name]):
+                fn()
+            best[name] = min(best[name], (time.perf_counter() - start) / numbers[name])
+    return best
+
+
+def _tape_cases(x: object, y: object, seed: object, sin: Callable) -> dict[str, Callable[[], object]]:
+    """The tape table's cases for one library (symgrad or torch) on tensors ``x``, ``y`` requiring grad."""
+    return {
+        "x * y": lambda: (x * y).backward(seed),
+        "sin(x)": lambda: sin(x).backward(seed),
+        "x + 1": lambda: (x + 1).backward(seed),
+        CHAIN: lambda: formula(x, sin).backward(seed),
+    }
+
+
+def bench_tape(repeat: int) -> list[tuple[str, float, float]]:
+    """(case, symgrad us, torch us) per case and dtype: one elementwise op forward + backward on 10-element
+    tensors (a lone op pays backward's fixed cost; the chain spreads it over 20 ops), the 20-op formula as
+    one compiled node, and the chain's ops with bare NumPy kernels (the tape's own cost)."""
+    rows = []
     node = chain20.compiled()
-    rows.append(("20-op formula as one compiled node", best_time(lambda: node(x).backward(seed), repeat)))
-    if torch is not None:
-        tx, tseed = torch.tensor(data, requires_grad=True), torch.ones(10)
-        rows.append(
-            ("torch eager op", best_time(lambda: formula(tx, torch.sin).backward(tseed), repeat) / 20)
-        )
+    compiled = elementwise.primitives()
+    for dtype in (np.float64, np.float32):
+        a, b = np.linspace(0.1, 1.0, 10, dtype=dtype), np.linspace(1.0, 2.0, 10, dtype=dtype)
+        x, y = sg.tensor(a, requires_grad=True), sg.tensor(b, requires_grad=True)
+        seed = sg.tensor(np.ones(10, dtype))
+        cases = {("sg", k): f for k, f in _tape_cases(x, y, seed, sg.Tensor.sin).items()}
+        cases["sg", NODE] = lambda: node(x).backward(seed)
+        if torch is not None:
+            tx, ty = torch.tensor(a, requires_grad=True), torch.tensor(b, requires_grad=True)
+            tseed = torch.ones(10, dtype=tx.dtype)
+            cases.update({("torch", k): f for k, f in _tape_cases(tx, ty, tseed, torch.sin).items()})
+        best = _interleaved(cases, repeat)
+        saved = {k: compiled[k] for k in BARE}
+        compiled.update(BARE)
+        try:
+            bare = _interleaved({"bare": cases["sg", CHAIN]}, repeat)["bare"]
+        finally:
+            compiled.update(saved)
+        best["torch", NODE] = best.get(("torch", CHAIN), math.nan)  # torch: the formula's 20 ops, eager
+        for name in dict.fromkeys(k for _, k in cases):
+            per = 20 if name == CHAIN else 1
+            t = best.get(("torch", name), math.nan)
+            rows.append((f"{name}, {np.dtype(dtype).name}", best["sg", name] * 1e6 / per, t * 1e6 / per))
+        rows.append((f"chain op, bare NumPy kernels, {np.dtype(dtype).name}", bare * 1e6 / 20, math.nan))
     return rows
 
 
@@ -200,14 +240,11 @@ def main() -> None:
     print(
         f"backend: {sg.get_backend()}; torch: {torch.__version__ if torch is not None else 'not installed'}\n"
     )
-    print(f"{'elementwise chain (10 elements, fwd+bwd)':<44} {'us':>10}")
-    rows = bench_chain(args.repeat)
-    for name, seconds in rows:
-        print(f"{name:<44} {seconds * 1e6:>10.2f}")
-    per_op = dict(rows)
-    if "torch eager op" in per_op:
-        ratio = per_op["runtime op, compiled primitives"] / per_op["torch eager op"]
-        print(f"{'ratio runtime op / torch eager op':<44} {ratio:>10.2f}")
+    print(
+        f"{'tape: fwd + bwd, 10 elements, us (best round)':<52} {'symgrad':>9} {'torch':>9} {'sg/torch':>9}"
+    )
+    for name, ours, theirs in bench_tape(max(args.repeat, 5)):
+        print(f"{name:<52} {ours:>9.2f} {theirs:>9.2f} {ours / theirs:>9.2f}")
     print(
         f"\n{'MLP 784-128-10, s per 60k epoch':<32} {'symgrad':>9} {'numpy':>9} {'torch':>9} "
         f"{'sg/numpy':>9} {'sg/torch':>9}"

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Sequence
+from itertools import zip_longest
 from typing import Any
 
 import numpy as np
@@ -110,8 +111,8 @@ class _Handle:
             self._list.remove(self._item)
 
 
-def _toposort(roots: list) -> list:
-    """Nodes reachable from ``roots`` so that every node comes after all nodes that consume it (Kahn)."""
+def _consumers(roots: list) -> dict:
+    """How many nodes reachable from ``roots`` consume each such node's outputs (for a Kahn toposort)."""
     consumers: dict = {}
     stack = []
     for r in roots:
@@ -120,29 +121,20 @@ def _toposort(roots: list) -> list:
             stack.append(r)
     while stack:
         for inp in stack.pop().inputs:
-            if inp is not None and inp.grad_fn is not None:
+            if inp is not None:
                 parent = inp.grad_fn
+                if parent is None:
+                    continue
                 if parent in consumers:
                     consumers[parent] += 1
                 else:
                     consumers[parent] = 1
                     stack.append(parent)
-    ready = [r for r in reversed(consumers) if consumers[r] == 0]
-    order = []
-    while ready:
-        node = ready.pop()
-        order.append(node)
-        for inp in node.inputs:
-            if inp is not None and inp.grad_fn is not None:
-                parent = inp.grad_fn
-                consumers[parent] -= 1
-                if consumers[parent] == 0:
-                    ready.append(parent)
-    return order
+    return consumers
 
 
 def _wrap(g: Any) -> Any:
-    return g if isinstance(g, _t.Tensor) else _t.Tensor(np.asarray(g))
+    return g if isinstance(g, _t.Tensor) else _t._result(g)
 
 
 def _apply_hook(fn: Callable, g: Any, graph: bool) -> Any:
@@ -178,57 +170,82 @@ def run_backward(
 ) -> list | None:
     """Propagate ``seeds`` from ``roots``; accumulate into leaves' ``.grad``, or return the gradients of
     ``capture`` (in order, None where unreached) without touching ``.grad``."""
-    graph = create_graph
     buffers: dict = {}  # node -> gradient per output
     leaves: dict = {}  # id -> [tensor, gradient]
-    captured: dict = {}
+    captured: dict | None = None if capture is None else {}
+    nodes = []
     for r, s in zip(roots, seeds):
         _deliver(r, s, buffers, leaves)
-    order = _toposort([r.grad_fn for r in roots if r.grad_fn is not None])
+        if r.grad_fn is not None:
+            nodes.append(r.grad_fn)
     prev = mode.enabled
-    mode.enabled = graph
+    mode.enabled = create_graph
     try:
-        for node in order:
-            grads = buffers.pop(node, None)
-            if grads is None:
-                continue
-            # an output that got no gradient gets zeros, unless its backward takes None (``sg.Function``'s
-            # ``set_materialize_grads(False)``: the backward itself decides, per call)
-            if len(grads) > 1 and any(g is None for g in grads) and not hasattr(node.backward, "takes_none"):
-                grads = [_zeros(meta, graph) if g is None else g for g, meta in zip(grads, node.outs)]
-            if node.hooks:
-                grads = [g if g is None else _run_hooks(node.hooks, i, g, graph) for i, g in enumerate(grads)]
-            if capture is not None:
-                captured[node] = grads
-            saved = node.saved
-            if saved is FREED:
-                raise RuntimeError(_SECOND_BACKWARD)
-            if _inplace._VERSIONS:
-                _inplace.check(node)
-            in_grads = node.backward(node, grads, graph)
-            if not retain_graph and saved is not None:
-                if type(saved) is tuple:
-                    node.saved = FREED
-                else:
-                    saved._release()
-            for inp, g in zip(node.inputs, in_grads):
-                if inp is None or g is None:
-                    continue
-                parent = inp.grad_fn
-                buf = buffers.get(parent) if parent is not None else None
-                if buf is None:
-                    _deliver(inp, g, buffers, leaves)
-                else:
-                    i = inp._oi
-                    buf[i] = g if buf[i] is None else buf[i] + g
+        _propagate(nodes, buffers, leaves, captured, retain_graph)
         if capture is not None:
             return [_captured(t, leaves, captured) for t in capture]
         given = {id(s) for s in seeds}  # arrays someone else holds are copied before being kept
         for leaf, g in leaves.values():
-            _accumulate(leaf, g, graph, given)
+            _accumulate(leaf, g, create_graph, given)
         return None
     finally:
         mode.enabled = prev
+
+
+def _propagate(roots: list, buffers: dict, leaves: dict, captured: dict | None, retain_graph: bool) -> None:
+    """Run the backward of every node reachable from ``roots`` after all nodes that consume it (Kahn's
+    order, deterministic), passing gradients to their producers' ``buffers`` or to ``leaves``."""
+    graph = mode.enabled
+    consumers = _consumers(roots)
+    # (one root: no node reachable from it consumes it)
+    ready = roots[:] if len(roots) == 1 else [r for r in reversed(consumers) if consumers[r] == 0]
+    while ready:
+        node = ready.pop()
+        grads = buffers.pop(node, None)
+        in_grads = () if grads is None else _node_backward(node, grads, captured, retain_graph, graph)
+        for inp, g in zip_longest(node.inputs, in_grads):
+            if inp is None:
+                continue
+            parent = inp.grad_fn
+            if parent is None:
+                if g is not None:
+                    _deliver(inp, g, buffers, leaves)
+                continue
+            if g is not None:
+                buf = buffers.get(parent)
+                if buf is None:
+                    buf = buffers[parent] = [None] * len(parent.outs)
+                i = inp._oi
+                buf[i] = g if buf[i] is None else buf[i] + g
+            left = consumers.get(parent, 0) - 1  # (absent: an in-place op in a hook moved inp)
+            consumers[parent] = left
+            if left == 0:
+                ready.append(parent)
+
+
+def _node_backward(node: Node, grads: list, captured: dict | None, retain_graph: bool, graph: bool) -> Any:
+    """``node``'s input gradients for the gradients ``grads`` of its outputs (hooks applied first); frees
+    what it saved unless ``retain_graph``."""
+    # an output that got no gradient gets zeros, unless its backward takes None (``sg.Function``'s
+    # ``set_materialize_grads(False)``: the backward itself decides, per call)
+    if len(grads) > 1 and any(g is None for g in grads) and not hasattr(node.backward, "takes_none"):
+        grads = [_zeros(meta, graph) if g is None else g for g, meta in zip(grads, node.outs)]
+    if node.hooks:
+        grads = [g if g is None else _run_hooks(node.hooks, i, g, graph) for i, g in enumerate(grads)]
+    if captured is not None:
+        captured[node] = grads
+    saved = node.saved
+    if saved is FREED:
+        raise RuntimeError(_SECOND_BACKWARD)
+    if _inplace._VERSIONS:
+        _inplace.check(node)
+    in_grads = node.backward(node, grads, graph)
+    if not retain_graph and saved is not None:
+        if type(saved) is tuple:
+            node.saved = FREED
+        else:
+            saved._release()
+    return in_grads
 
 
 def _deliver(t: Any, g: Any, buffers: dict, leaves: dict) -> None:
@@ -265,7 +282,8 @@ def _captured(t: Any, leaves: dict, captured: dict) -> Any:
 def _own(g: Any) -> Any:
     """An array the gradient's receiver may keep: views of other buffers are copied."""
     if isinstance(g, np.ndarray):
-        return g if g.flags.owndata and g.flags.writeable else g.copy()
+        flags = g.flags
+        return g if flags.owndata and flags.writeable else g.copy()
     return g
 
 
@@ -279,9 +297,11 @@ def _accumulate(leaf: Any, g: Any, graph: bool, given: set) -> None:
         for fn in list(leaf._hooks):
             g = _apply_hook(fn, g, graph)
     if not graph:
-        g = np.asarray(g)
-        if g.dtype != leaf.data.dtype:
-            g = g.astype(leaf.data.dtype)
+        if type(g) is not np.ndarray:
+            g = np.asarray(g)
+        dtype = leaf.data.dtype
+        if g.dtype is not dtype and g.dtype != dtype:
+            g = g.astype(dtype)
     with _ACCUMULATING:
         _add_to_grad(leaf, g, graph, given)
 
@@ -296,7 +316,7 @@ def _add_to_grad(leaf: Any, g: Any, graph: bool, given: set) -> None:
         leaf.grad = leaf.grad + g
     else:
         acc = leaf.grad.data
-        if type(acc) is np.ndarray and acc.flags.writeable and acc.shape == np.shape(g):
+        if type(acc) is np.ndarray and acc.shape == g.shape and acc.flags.writeable:  # (g: an array here)
             acc += g  # in place, like PyTorch's AccumulateGrad outside create_graph
         else:
             leaf.grad = _wrap(acc + g)

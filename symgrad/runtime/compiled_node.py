@@ -30,78 +30,117 @@ from symgrad.runtime.tensor import Tensor, _result
 #: docstring).
 JACOBIAN_MAX = 1 << 16
 
+_F64, _F32 = FLOAT_DTYPES
+
 
 def apply_compiled(fn: Any, args: tuple) -> Tensor | tuple[Tensor, ...]:
     """Run compiled ``fn`` on tensors and numbers; record one node when grad mode is on and an input needs
     it."""
+    result = jacobian_node(fn, args)
+    return general_node(fn, args) if result is None else result
+
+
+def jacobian_node(fn: Any, args: tuple) -> Tensor | None:
+    """The tape's hot path: the Jacobian-saving node of ``fn(*args)`` (the kernel straight after the
+    checks) when grad mode is on, a tensor among ``args`` requires grad, and they fit (see the module
+    docstring); else None."""
+    if not fn.jacobian_saving or not mode.enabled:
+        return None
+    if len(args) == 2:
+        return _binary_jacobian_node(fn, args[0], args[1])
+    if len(args) == 1:
+        return _unary_jacobian_node(fn, args[0])
+    return None  # (a wrong argument count: ``forward``'s error)
+
+
+def general_node(fn: Any, args: tuple) -> Tensor | tuple[Tensor, ...]:
+    """``fn``'s forward on any arguments it takes (broadcasting, promotion); when recording, a node that
+    saves the inputs for the vjp kernel."""
     arrays = []
     inputs = []
     need = False
     for a in args:
         if isinstance(a, Tensor):
+            inputs.append(a if a._rg else None)
+            need = need or a._rg
             arrays.append(a.data)
-            if a._rg:
-                need = True
-                inputs.append(a)
-                continue
         else:
+            inputs.append(None)
             arrays.append(a)
-        inputs.append(None)
-    record = need and mode.enabled
-    if record and fn.jacobian_saving:
-        result = _jacobian_node(fn, arrays, inputs)
-        if result is not None:
-            return result
     try:
         outs = fn.forward(*arrays)
     except (ArgumentError, ValueError):
         _check_broadcast(arrays)
         raise
-    if not record:
+    if not (need and mode.enabled):
         if fn.n_outputs == 1:
             return _result(outs[0])
         return tuple([_result(o) for o in outs])
+    metas = tuple([(o.shape, o.dtype) for o in outs])
+    node = Node(_vjp_backward, tuple(inputs), tuple(arrays), fn, fn.backward_name, metas)
     if fn.n_outputs == 1:
-        out = outs[0]
-        node = Node(
-            _vjp_backward, tuple(inputs), tuple(arrays), fn, fn.backward_name, ((out.shape, out.dtype),)
-        )
-        return _result(out, node, 0)
-    node = Node(
-        _vjp_backward,
-        tuple(inputs),
-        tuple(arrays),
-        fn,
-        fn.backward_name,
-        tuple([(o.shape, o.dtype) for o in outs]),
-    )
+        return _result(outs[0], node, 0)
     return tuple([_result(o, node, i) for i, o in enumerate(outs)])
 
 
-def _jacobian_node(fn: Any, arrays: list, inputs: list) -> Tensor | None:
-    """The Jacobian-saving node (see the module docstring) when ``arrays`` are same-shape float arrays of one
-    dtype, at most ``JACOBIAN_MAX`` elements, and numbers; else None (a function with a ``uniform`` argument
-    records the vjp node, and a wrong argument count gets ``forward``'s error). The tape's hot path: the
-    kernel straight after the argument pass."""
-    if len(arrays) != len(fn.arg_names) or fn.uniform_at:
+def _fits(fn: Any, array: Any, n_args: int) -> bool:
+    """Whether ``fn`` of ``n_args`` arguments may save its Jacobian for arguments of ``array``'s dtype and
+    shape: a float32/float64 array of at most ``JACOBIAN_MAX`` elements, no ``uniform`` argument."""
+    if type(array) is not np.ndarray:
+        return False
+    dtype = array.dtype
+    return (
+        (dtype is _F64 or dtype is _F32)
+        and array.size <= JACOBIAN_MAX
+        and len(fn.arg_names) == n_args
+        and not fn.uniform_at
+    )
+
+
+def _unary_jacobian_node(fn: Any, x: Any) -> Tensor | None:
+    """The Jacobian-saving node (see the module docstring) of ``fn(x)`` for a tensor ``x`` that requires
+    grad, else None."""
+    if not isinstance(x, Tensor) or not x._rg or not _fits(fn, x.data, 1):
         return None
-    first = None
-    for a in arrays:
-        kind = type(a)
-        if kind is np.ndarray:
-            if first is None:
-                first = a
-            elif a.dtype is not first.dtype or a.shape != first.shape:
+    a = x.data
+    out, jacobian = fn.kernel("value_and_jacobian", a.dtype)((a,), a.shape)  # J: batch + (1, 1)
+    saved = (jacobian[..., 0, 0], a)  # J, then the input, for a second differentiation
+    return _result(
+        out, Node(_jacobian_backward, (x,), saved, fn, fn.backward_name, ((out.shape, out.dtype),))
+    )
+
+
+def _binary_jacobian_node(fn: Any, x: Any, y: Any) -> Tensor | None:
+    """The Jacobian-saving node of ``fn(x, y)`` when a tensor among them requires grad and they are arrays
+    of one dtype and shape, or Python numbers; else None."""
+    tx, ty = isinstance(x, Tensor), isinstance(y, Tensor)
+    a, ta = (x.data, x if x._rg else None) if tx else (x, None)
+    b, tb = (y.data, y if y._rg else None) if ty else (y, None)
+    if ta is None and tb is None:
+        return None
+    if type(a) is np.ndarray:
+        first = a
+        if type(b) is np.ndarray:
+            if b.dtype is not a.dtype or b.shape != a.shape:
                 return None
-        elif kind is not float and kind is not int:
+        elif type(b) is not float and type(b) is not int:
             return None
-    if first.dtype not in FLOAT_DTYPES or first.size > JACOBIAN_MAX:  # (a tensor requires grad: first is set)
+    elif type(a) is float or type(a) is int:
+        first = b  # (an array, or _fits refuses)
+    else:
         return None
-    out, jacobian = fn.kernel("value_and_jacobian", first.dtype)(arrays, first.shape)  # J: batch + (1, n)
-    columns = tuple([None if inp is None else jacobian[..., 0, k] for k, inp in enumerate(inputs)])
-    saved = columns + tuple(arrays)  # the inputs, for a second differentiation (``compiled_backward``)
-    node = Node(_jacobian_backward, tuple(inputs), saved, fn, fn.backward_name, ((out.shape, out.dtype),))
-    return _result(out, node, 0)
+    if not _fits(fn, first, 2):
+        return None
+    out, jacobian = fn.kernel("value_and_jacobian", first.dtype)((a, b), first.shape)  # J: batch + (1, 2)
+    saved = (
+        None if ta is None else jacobian[..., 0, 0],
+        None if tb is None else jacobian[..., 0, 1],
+        a,
+        b,
+    )  # J's columns, then the inputs, for a second differentiation (``compiled_backward``)
+    return _result(
+        out, Node(_jacobian_backward, (ta, tb), saved, fn, fn.backward_name, ((out.shape, out.dtype),))
+    )
 
 
 def _jacobian_backward(node: Node, grads: list, graph: bool) -> tuple:

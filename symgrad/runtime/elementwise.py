@@ -15,7 +15,7 @@ import numpy as np
 
 from symgrad.compiled import load_model
 from symgrad.errors import ArgumentError
-from symgrad.runtime.compiled_node import apply_compiled
+from symgrad.runtime.compiled_node import general_node, jacobian_node
 
 MODEL = Path(__file__).with_name("elementwise_model.py")
 
@@ -26,11 +26,11 @@ _INTEGER_UFUNCS = {
     "add": np.add,
     "sub": np.subtract,
     "mul": np.multiply,
-    "div": np.true_divide,
     "pow": np.power,
     "square": np.square,
     "abs": np.abs,
     "sign": np.sign,
+    "relu": lambda a: np.maximum(a, 0),
     "maximum": np.maximum,
     "minimum": np.minimum,
 }
@@ -48,22 +48,59 @@ def call(name: str, *args: Any) -> Any:
     fn = _functions.get(name)
     if fn is None:
         fn = primitives()[name]
+    result = jacobian_node(fn, args)  # the hot path: same-shape float tensors and numbers
+    if result is not None:
+        return result
+    if len(args) == 2:
+        args = _torch_promotion(name, args)
     try:
-        return apply_compiled(fn, args)
+        return general_node(fn, args)
     except ArgumentError:
-        arrays = [getattr(a, "data", a) for a in args]
-        kinds = [a.dtype.kind for a in arrays if isinstance(a, np.ndarray)]
-        if not kinds or not any(k in "biu" for k in kinds):
+        result = _integer_promotion(name, fn, args)
+        if result is None:
             raise
-        floats = [a.dtype for a in arrays if isinstance(a, np.ndarray) and a.dtype.kind == "f"]
-        if not floats and not any(type(a) is float for a in arrays):
-            if name in _INTEGER_UFUNCS:
-                return Tensor(_INTEGER_UFUNCS[name](*arrays))
-            raise
-        # PyTorch's promotion: integer and bool tensors take the float tensors' dtype (float32 beside a
-        # Python float only); an integer tensor never requires grad, so it joins as a constant
-        dtype = np.result_type(*floats) if floats else np.dtype(np.float32)
-        return apply_compiled(fn, tuple(_as_float(a, dtype) for a in args))
+        return result
+
+
+def _torch_promotion(name: str, args: tuple) -> tuple:
+    """Two arguments with PyTorch's promotion where NumPy's differs: a Python bool is the number 0 or 1 (but
+    not in a subtraction, as in PyTorch), and a 0-d float tensor (or array) beside a dimensioned float one
+    takes that one's dtype (a 0-d operand only counts when it brings a higher category)."""
+    if type(args[0]) is bool or type(args[1]) is bool:
+        if name == "sub":
+            raise RuntimeError(
+                "Subtraction, the `-` operator, with a bool tensor is not supported. If you are trying to "
+                "invert a mask, use the `~` or `logical_not()` operator instead."
+            )
+        args = [int(v) if type(v) is bool else v for v in args]
+    a, b = args
+    da, db = (v.data if isinstance(v, Tensor) else v for v in (a, b))
+    if (
+        type(da) is np.ndarray
+        and type(db) is np.ndarray
+        and (da.ndim == 0) != (db.ndim == 0)
+        and da.dtype.kind == db.dtype.kind == "f"
+        and da.dtype != db.dtype
+    ):
+        if da.ndim == 0:
+            return convert(a, db.dtype), b
+        return a, convert(b, da.dtype)
+    return a, b
+
+
+def _integer_promotion(name: str, fn: Any, args: tuple) -> Any:
+    """PyTorch's promotion for integer and bool tensors, which the compiled kernels do not take (None where
+    there is none): beside float tensors they take the floats' dtype, beside a Python float or in an
+    operation with a float result (``sin``, ``/``) float32; otherwise the integer NumPy ufunc. An integer
+    tensor never requires grad: it joins as a constant."""
+    arrays = [a.data if isinstance(a, Tensor) else a for a in args]
+    if not any(isinstance(a, np.ndarray) and a.dtype.kind in "biu" for a in arrays):
+        return None
+    floats = [a.dtype for a in arrays if isinstance(a, np.ndarray) and a.dtype.kind == "f"]
+    if not floats and not any(type(a) is float for a in arrays) and name in _INTEGER_UFUNCS:
+        return Tensor(_INTEGER_UFUNCS[name](*arrays))
+    dtype = np.result_type(*floats) if floats else np.dtype(np.float32)
+    return general_node(fn, tuple(_as_float(a, dtype) for a in args))
 
 
 def _as_float(a: Any, dtype: np.dtype) -> Any:
@@ -73,4 +110,5 @@ def _as_float(a: Any, dtype: np.dtype) -> Any:
     return a
 
 
+from symgrad.runtime.pointwise import convert  # noqa: E402  (these modules build Tensors)
 from symgrad.runtime.tensor import Tensor  # noqa: E402
