@@ -20,6 +20,8 @@ file's text besides), and each worker loads the compiled package from its cache 
 from __future__ import annotations
 
 import argparse
+import logging
+import os
 import sys
 import time
 from pathlib import Path
@@ -28,6 +30,10 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+#: room for a few chunks' results in symgrad's pool of result buffers (default 256 MB): a BA chunk's
+#: Jacobian values alone are 240 MB, and results that do not fit are page-faulted in afresh for every chunk.
+#: Set here, before symgrad loads; LocalCluster's workers inherit it (on a real cluster: the workers' env).
+os.environ.setdefault("SYMGRAD_POOL_MB", "1024")
 
 import dask  # noqa: E402
 import dask.array as da  # noqa: E402
@@ -128,7 +134,10 @@ def main(argv: list[str] | None = None) -> None:
         client = Client(args.scheduler)
         workers = len(client.scheduler_info()["workers"])
     else:
-        cluster = LocalCluster(n_workers=args.workers, threads_per_worker=1, dashboard_address=":0")
+        logging.getLogger("distributed").setLevel(logging.ERROR)  # its INFO lines would bury the output
+        cluster = LocalCluster(
+            n_workers=args.workers, threads_per_worker=1, dashboard_address=":0", silence_logs=logging.ERROR
+        )
         client, workers = Client(cluster), args.workers
     with client, dask.config.set({"array.slicing.split_large_chunks": False}):
         least_squares(client, int(args.rows), int(args.chunk), workers)

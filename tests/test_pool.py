@@ -134,3 +134,25 @@ def test_a_bad_cap_names_the_variable():
         timeout=60,
     )
     assert r.returncode != 0 and "SYMGRAD_POOL_MB='lots' is not a number of MiB" in r.stderr
+
+
+@needs_pool
+def test_a_block_over_the_cap_evicts_the_oldest_blocks_not_all_of_them(monkeypatch):
+    """A call whose results together exceed the cap (a BA chunk: 16 MB of values, 256 MB of Jacobian) kept
+    nothing: the block that did not fit emptied the whole pool, and every call page-faulted fresh memory."""
+    gc.collect()
+    pool.release()
+    monkeypatch.setattr(pool, "_CAPACITY", 9 * LARGE * 4)  # 4.5 blocks
+    small = [pool.empty((LARGE,), np.dtype(np.float64)) for _ in range(2)]
+    big = pool.empty((3 * LARGE,), np.dtype(np.float64))
+    small_addresses = {a.ctypes.data for a in small}
+    big_address = big.ctypes.data
+    del small, big  # the two small blocks come back first, then the big one, which does not fit beside both
+    gc.collect()
+    assert pool._held == 4 * LARGE * 8  # one small block was evicted, the other and the big one kept
+    again = pool.empty((3 * LARGE,), np.dtype(np.float64))
+    assert again.ctypes.data == big_address
+    other = pool.empty((LARGE,), np.dtype(np.float64))
+    assert other.ctypes.data in small_addresses
+    del again, other
+    pool.release()

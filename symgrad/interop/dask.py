@@ -9,9 +9,11 @@
 Dask arrays mixed with NumPy arrays and Python numbers (``symgrad.compiled.lazy`` sends such calls here;
 Dask is imported only then). The arguments' chunks are aligned as broadcasting requires
 (``dask.array.blockwise``); the trailing per-element axes of vector and matrix arguments are put in one
-chunk; numbers, ``uniform`` arguments and NumPy arrays without batch axes go to every chunk by value. Each
-chunk runs the in-memory entry point once (a fused ``value_and_vjp`` is one kernel call per chunk), so
-every chunk's results are exactly those of the NumPy path on that chunk. The gradient of a broadcast
+chunk; numbers, ``uniform`` arguments and NumPy arrays without batch axes go to every chunk by value (those
+the kernels read per element, like a cotangent of 1 or a parameter vector, are filled out to the chunk's
+shape once per process and shape, not for each chunk). Each chunk runs the in-memory entry point once (a
+fused ``value_and_vjp`` is one kernel call per chunk), so every chunk's results are exactly those of the
+NumPy path on that chunk. The gradient of a broadcast
 argument is a Dask sum over the chunks (a tree reduction: nothing is gathered on one node; its rounding
 differs from one ``np.sum`` over the whole batch). Compute the results of one call together
 (``dask.compute(value, grads)``): each ``.compute()`` runs the kernel again.
@@ -20,6 +22,8 @@ OpenMP: Dask already runs one task per core, so a chunk's kernel runs on one thr
 ``set_chunk_threads(k)`` (or ``SYMGRAD_DASK_THREADS=k``) gives k OpenMP threads per chunk, 0 leaves
 symgrad's setting as it is. It applies to graphs built afterwards (the count travels with the graph to
 the workers). Functions travel to worker processes as small references (``symgrad.compiled.reference``).
+A worker holds a few chunks' results at once: where they pass the C backend's pool of result buffers
+(``SYMGRAD_POOL_MB``, 256 by default), each chunk page-faults its results in afresh; raise it on workers.
 """
 
 from __future__ import annotations
@@ -31,7 +35,14 @@ import dask.array as da
 import numpy as np
 
 from symgrad.backends import c as c_backend
-from symgrad.compiled.arguments import bind, broadcast_batches, check_arity, split_cotangents
+from symgrad.compiled.arguments import (
+    bind,
+    broadcast_batches,
+    check_arity,
+    is_number,
+    split_cotangents,
+    sum_to_shape,
+)
 from symgrad.errors import ArgumentError
 
 _threads = [int(os.environ.get("SYMGRAD_DASK_THREADS", "1"))]
@@ -70,22 +81,69 @@ def _value_and_jacobian(fn: Any, values: tuple, wrt: Any) -> tuple:
     return _package(fn, outs) + (jac,)
 
 
+#: By-value arguments filled out to a chunk's full shape, by (value's bytes, its shape, full shape, dtype):
+#: the kernels read full arrays, so without these every chunk would fill (and page-fault) a fresh copy of a
+#: cotangent of 1 or a parameter vector. Read-only, shared by the chunks of a process; cleared when adding
+#: one would pass ``_FILLS_MAX_BYTES``.
+_FILLS: dict[tuple, np.ndarray] = {}
+_FILLS_MAX_BYTES = 1 << 28
+
+
+def _filled(value: Any, full: tuple, dtype: np.dtype) -> np.ndarray:
+    """``value`` broadcast to ``full`` as a read-only C-contiguous ``dtype`` array, made once per process."""
+    v = np.asarray(value, dtype)
+    key = (v.tobytes(), v.shape, full, dtype)
+    filled = _FILLS.get(key)
+    if filled is None:
+        filled = np.empty(full, dtype)
+        filled[...] = v
+        filled.flags.writeable = False
+        if sum(a.nbytes for a in _FILLS.values()) + filled.nbytes > _FILLS_MAX_BYTES:
+            _FILLS.clear()
+        if filled.nbytes <= _FILLS_MAX_BYTES:
+            _FILLS[key] = filled
+    return filled
+
+
 class _Chunk:
     """One task's work: the in-memory entry point on the chunks (arrays) and the values (the rest)."""
 
-    def __init__(self, fn: Any, run: Any, option: Any, values: tuple, arrays: tuple, shapes: dict) -> None:
+    def __init__(
+        self, fn: Any, run: Any, option: Any, values: tuple, arrays: tuple, shapes: dict, tails: tuple
+    ) -> None:
         self.fn, self.run, self.option, self.threads = fn, run, option, _threads[0]
-        self.values, self.arrays = values, arrays  # values with None where arrays[k] goes
+        self.values, self.arrays, self.tails = values, arrays, tails  # values: None where arrays[k] goes
         self.shapes = shapes  # result position -> rank: a gradient gets leading axes of 1 up to it
+        self.n_full = min(shapes, default=0)  # the gradient of argument k is result n_full + k
+        n, uniform = len(fn.arg_names), fn.uniform_at  # (a jvp's tangent of a uniform input: also by value)
+        uniform = {*uniform, *(k + n for k in uniform)} if run is _jvp else set(uniform)
+        #: positions of by-value arguments read per element, filled out to the chunk's shape (``_filled``)
+        self.fills = tuple(
+            k for k, v in enumerate(values) if k not in arrays and v is not None and k not in uniform
+        )
 
     def __dask_tokenize__(self) -> tuple:
         ref = (self.fn.package.manifest.get("package_hash"), self.fn.name)
         return (ref, self.run.__name__, self.option, self.threads, self.arrays, self.shapes, self.values)
 
-    def __call__(self, *blocks: np.ndarray) -> tuple:
+    def _fill(self, values: list, blocks: tuple) -> None:
+        """Put the by-value arguments in ``values`` as full arrays of the chunk's batch shape and dtype (the
+        dtype the in-memory path promotes to: numbers are weak, arrays are not)."""
+        if not self.fills or not blocks:
+            return
+        batches = [b.shape[: b.ndim - len(self.tails[k])] for k, b in zip(self.arrays, blocks)]
+        batch = np.broadcast_shapes(*batches)
+        by_value = [np.asarray(values[k]).dtype for k in self.fills if not is_number(values[k])]
+        dtype = np.result_type(*(b.dtype for b in blocks), *by_value)
+        for k in self.fills:
+            values[k] = _filled(values[k], batch + self.tails[k], dtype)
+
+    def __call__(self, *blocks: Any) -> tuple:
+        blocks = tuple(map(_only, blocks))
         values = list(self.values)
         for k, block in zip(self.arrays, blocks):
             values[k] = block
+        self._fill(values, blocks)
         if self.threads:
             self.fn.backend  # loads the kernels: their OpenMP setting is per calling thread
             before = c_backend.get_num_threads()
@@ -95,10 +153,24 @@ class _Chunk:
         finally:
             if self.threads:
                 c_backend.set_num_threads(before)
+        for k in self.fills:  # a filled argument's gradient: summed to its shape, as the in-memory path does
+            g = k + self.n_full
+            if g in self.shapes and results[g] is not None:
+                results = (
+                    results[:g] + (sum_to_shape(results[g], np.shape(self.values[k])),) + results[g + 1 :]
+                )
         return tuple(
             r if r is None or k not in self.shapes else r.reshape((1,) * (self.shapes[k] - r.ndim) + r.shape)
             for k, r in enumerate(results)
         )
+
+
+def _only(block: Any) -> np.ndarray:
+    """An argument's block: ``blockwise`` lists the blocks along per-element axes (one, after the rechunk);
+    its ``concatenate=True`` would copy even a single block (a copy of every vector argument per chunk)."""
+    while isinstance(block, list):
+        (block,) = block
+    return block
 
 
 def _pick(results: tuple, k: int) -> np.ndarray:
@@ -134,10 +206,10 @@ def _lazy(fn: Any, run: Any, option: Any, values: tuple, tails: tuple, names: tu
     n_grads = len(samples) - n_full
     shapes = {n_full + a: rank + len(tails[a]) for a in range(n_grads)}  # gradients' full ranks
     rest = tuple(None if k in batched else v for k, v in enumerate(values))
-    chunk = _Chunk(fn, run, option, rest, tuple(batched), shapes)
+    chunk = _Chunk(fn, run, option, rest, tuple(batched), shapes, tails)
     token = f"{fn.name}-{run.__name__.strip('_')}"
     results = da.blockwise(
-        chunk, inds, *pairs, token=token, concatenate=True, meta=np.empty((0,) * rank, object)
+        chunk, inds, *pairs, token=token, concatenate=False, meta=np.empty((0,) * rank, object)
     )
     lazy = [_result(results, r, sample, rank, token) for r, sample in enumerate(samples[:n_full])]
     for a, sample in enumerate(samples[n_full:]):

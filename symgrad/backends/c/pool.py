@@ -7,10 +7,11 @@ page in again, which can cost more than the kernel itself (measurements: docs/pe
 idea as PyTorch's caching allocators and XLA's buffer pools.
 
 The pool keeps at most ``$SYMGRAD_POOL_MB`` MiB (default 256; 0 turns it off) of unused blocks, reused by
-exact size; a block that would not fit empties the pool first (a workload whose sizes change is then not
-pinned to old ones). ``release()`` hands every unused block back to the system, like
-``torch.cuda.empty_cache()``. Results are ordinary writeable, aligned, C-contiguous arrays whose ``base``
-is the block's buffer.
+exact size; a block that would not fit evicts the blocks kept longest, oldest size first, until it fits (a
+call whose results together exceed the cap keeps its last blocks instead of losing all of them, and a
+workload whose sizes change is not pinned to old ones). ``release()`` hands every unused block back to the
+system, like ``torch.cuda.empty_cache()``. Results are ordinary writeable, aligned, C-contiguous arrays
+whose ``base`` is the block's buffer.
 """
 
 from __future__ import annotations
@@ -50,9 +51,14 @@ def _give_back(block) -> None:
     ``_held`` (the cap) by a block."""
     global _held
     size = len(block)
-    if _held + size > _CAPACITY:
-        _free.clear()  # sizes changed: let the old blocks go (cffi frees them)
-        _held = 0
+    for kept in list(_free):  # dicts keep insertion order: the size pooled first goes first
+        blocks = _free.get(kept, [])
+        while blocks and _held + size > _CAPACITY:
+            blocks.pop(0)  # the block kept longest; cffi frees it
+            _held -= kept
+        if _held + size <= _CAPACITY:
+            break
+        _free.pop(kept, None)
     _free.setdefault(size, []).append(block)
     _held += size
 
