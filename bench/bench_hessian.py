@@ -13,8 +13,9 @@ process (XLA's thread count is fixed at start): symgrad's OpenMP loops, PyTorch'
 for 1 thread, XLA's (``intra_op_parallelism_threads=1``; with 2 XLA uses its default pool). Rows whose
 Hessians exceed 200 MB per framework are not run for JAX and PyTorch (their intermediates are several
 times that). Also: the operation count of the fused kernel against SymPy ``hessian`` + ``cse`` of the same
-energy, the cold compile time of the tetrahedron (fresh cache directory, all programs, both dtypes) and
-the hvp program's operations against the vjp's. Times are the best of several runs, wall clock.
+energy, the cold compile time of the tetrahedron (fresh cache directory, all programs, both dtypes, C
+build included) and the hvp program's operations against the vjp's. Times: wall clock, the best single call
+of several (``best_single``).
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "examples"))
 
-from common import best_time, optional_jax, optional_torch  # noqa: E402
+from common import optional_jax, optional_torch  # noqa: E402
 from neo_hookean import LAM, MU, neo_hookean, tet_energy  # noqa: E402
 
 import symgrad as sg  # noqa: E402
@@ -107,17 +108,26 @@ def framework_calls(name: str, args: tuple, torch, jax, jnp) -> dict:
     return calls
 
 
-def framework_time(fn, repeats: int, budget: float) -> float:
-    """``best_time``, or for a call over half a second (PyTorch at N = 1e5) one timed call after the
-    warm-up, so that the bench stays short."""
-    fn()
-    start = time.perf_counter()
-    fn()
-    once = time.perf_counter() - start
-    return once if once > 0.5 else best_time(fn, repeats, budget)
+def best_single(calls: dict, rounds: int, budget: float) -> dict:
+    """Seconds per call of each of ``calls``: its best single call of up to ``rounds`` (after a warm-up call),
+    within ``budget`` seconds each. On a shared machine the best single call is the least disturbed one (a
+    batch of calls rarely is). Each runs in a block of its own: right after a PyTorch call its OpenMP
+    threads still spin, which would starve a parallel kernel that followed at once."""
+    best = {}
+    for key, call in calls.items():
+        call()
+        best[key] = float("inf")
+        deadline = time.perf_counter() + budget
+        for _ in range(rounds):
+            start = time.perf_counter()
+            call()
+            best[key] = min(best[key], time.perf_counter() - start)
+            if start > deadline:
+                break
+    return best
 
 
-def check(name: str, args: tuple, ours: np.ndarray, calls: dict, torch, jax) -> None:
+def check(name: str, args: tuple, ours: np.ndarray, torch, jax) -> None:
     """The frameworks' Hessians agree with symgrad's (on the first 64 rows)."""
     tol = 1e-8 if ours.dtype == np.float64 else 2e-3
     small = tuple(a[:64] for a in args)
@@ -137,14 +147,14 @@ def child(threads: int, sizes: list[int], repeats: int, budget: float) -> None:
         for dtype in (np.float64, np.float32):
             for n in sizes:
                 args = make(n, dtype, rng)
-                sym = best_time(lambda: fn.value_jacobian_hessian(*args, *uniform), repeats, budget)
                 hess = fn.value_jacobian_hessian(*args, *uniform)[2]
-                times = {}
+                calls = {"symgrad": lambda: fn.value_jacobian_hessian(*args, *uniform)}
                 if hess.nbytes <= FRAMEWORK_MAX_BYTES:
-                    calls = framework_calls(name, args, torch, jax, jnp)
+                    calls.update(framework_calls(name, args, torch, jax, jnp))
                     if n == sizes[0]:
-                        check(name, args, hess, calls, torch, jax)
-                    times = {k: framework_time(call, repeats, budget) for k, call in calls.items()}
+                        check(name, args, hess, torch, jax)
+                times = best_single(calls, repeats, budget)
+                sym = times["symgrad"]
                 cells = [
                     f"{times[k] * 1e3:.2f} ms | {times[k] / sym:.1f}x" if k in times else "- | -"
                     for k in ("jax", "torch")
@@ -180,19 +190,33 @@ def sympy_ops(name: str) -> int:
     return int(sum(sympy.count_ops(e) for _, e in replacements) + sum(sympy.count_ops(e) for e in reduced))
 
 
-def cold_compile_seconds() -> float:
-    """Trace, derive, lower, emit and build the tetrahedron's package in a fresh cache directory."""
+def cold_compile_seconds() -> tuple[float, float, float]:
+    """Seconds to trace, derive, lower and emit the tetrahedron's package (``compiled()``) and to build its C
+    module (the first call), wall clock, and the processor time of the two (the compiler's included: on a
+    busy machine the steadier figure), in a fresh cache directory, on a machine where symgrad has run
+    before (the toolchain probe and the direct-call module, once per machine, are built first, by the
+    spring)."""
     code = (
-        f"import sys, time; sys.path[:0] = [{str(ROOT)!r}, {str(ROOT / 'examples')!r}]\n"
+        f"import sys, time; sys.path[:0] = {[str(ROOT), str(ROOT / 'examples'), str(ROOT / 'bench')]!r}\n"
+        "import resource\n"
+        "def cpu():\n"
+        "    use = [resource.getrusage(w) for w in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)]\n"
+        "    return sum(u.ru_utime + u.ru_stime for u in use)\n"
+        "import numpy as np\n"
+        "from bench_hessian import spring\n"
         "from neo_hookean import tet_energy\n"
-        "t = time.perf_counter(); tet_energy.compiled(); print(time.perf_counter() - t)\n"
+        "spring.compiled().forward(np.ones(4), 1.0, 1.0)\n"
+        "c0 = cpu(); t = time.perf_counter(); c = tet_energy.compiled(); t1 = time.perf_counter()\n"
+        "c.value_jacobian_hessian(np.eye(4)[:, 1:].reshape(12), np.eye(3), 1.0, 1.0, 1.0)\n"
+        "print(t1 - t, time.perf_counter() - t1, cpu() - c0)\n"
     )
     with tempfile.TemporaryDirectory() as cache:
         env = dict(os.environ, SYMGRAD_CACHE_DIR=cache)
         out = subprocess.run(
             [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
         )
-    return float(out.stdout.split()[-1])
+    package, build, cpu = map(float, out.stdout.split()[-3:])
+    return package, build, cpu
 
 
 def static_table() -> None:
@@ -218,7 +242,7 @@ def main() -> None:
     ap.add_argument("--threads", type=int, help=argparse.SUPPRESS)  # a child: one thread count
     args = ap.parse_args()
     sizes = [10**3, 10**5] if args.quick else [10**3, 10**4, 10**5, 10**6]
-    repeats, budget = (3, 0.05) if args.quick else (5, 0.2)
+    repeats, budget = (10, 1.0) if args.quick else (30, 3.0)
     if args.threads:
         child(args.threads, sizes, repeats, budget)
         return
@@ -231,8 +255,11 @@ def main() -> None:
     )
     for fn, *_ in CASES.values():  # build before timing anything (the cache keeps it for the children)
         fn.compiled()
-    cold = cold_compile_seconds()
-    print(f"cold compile of the tetrahedron (12 x 12 Hessian; all programs, 2 dtypes): {cold:.2f} s\n")
+    package, build, cpu = cold_compile_seconds()
+    print(
+        f"cold compile of the tetrahedron (12 x 12 Hessian; all programs, 2 dtypes): {package + build:.2f} s "
+        f"(trace, derive, emit {package:.2f} s; C build {build:.2f} s); processor time {cpu:.2f} s\n"
+    )
     static_table()
     print(
         "\n| function | dtype | N | threads | symgrad value+J+H | per element | jax | jax / symgrad | "

@@ -3,9 +3,9 @@
     import symgrad as sg
     m = sg.compile("model.py")
     neo_relu = m.neo_relu.to_torch()     # autograd-aware op on CPU tensors   (symgrad.interop.torch)
-    neo_relu = m.neo_relu.to_jax()       # jax.custom_vjp over pure_callback  (symgrad.interop.jax)
+    neo_relu = m.neo_relu.to_jax()       # jax.custom_jvp over a host call     (symgrad.interop.jax)
 
-Both run the same compiled forward and vjp kernels as ``CompiledFunction.forward`` / ``.vjp`` (the
+Both run the same compiled kernels as ``CompiledFunction.forward`` / ``.vjp`` (the
 active symgrad backend, C by default). Neither framework is imported until its entry point is used.
 """
 

@@ -5,7 +5,7 @@
     jax.grad(lambda x, y: f(x, y).sum(), argnums=(0, 1))(x, y)
 
 The function is a ``jax.custom_jvp``: its primal calls the forward kernel, its tangent is ``J . t``, with
-J from the fused ``value_and_jacobian`` kernel (through ``jax.pure_callback``) contracted in JAX, so JAX can
+J from the fused ``value_and_jacobian`` kernel (through ``jax_host.host_call``) contracted in JAX, so JAX can
 transpose it: ``jax.jit``, ``jax.grad``, ``jax.vjp``, ``jax.jvp``, ``jax.jacfwd``, ``jax.jacrev`` and
 ``jax.vmap`` (``vmap_method="expand_dims"``: one kernel call for the whole batch) all work. J is itself a
 ``custom_jvp`` whose tangent is the Hessian program's H contracted with t (``jax.hessian``, grad of grad);
@@ -13,7 +13,8 @@ for a function too large for that program, one hvp kernel call per output elemen
 ``jax.hessian``, ``jax.jacfwd(jax.grad)``; reverse over reverse needs the Hessian program). A third
 derivative raises ``CompiledFunction.third_derivative_error``; a function without an hvp program raises
 ``double_backward_error`` at the second. Reverse mode costs the Jacobian program (n_out x n_in per element),
-not the vjp's n_in.
+not the vjp's n_in; a ``custom_vjp`` with the vjp kernel would take a second host call (forward, then vjp),
+and the host call, not J, was what ``jax.grad`` paid beyond the kernel (``jax_host``).
 
 Arguments: JAX or NumPy arrays or Python numbers; the dtype is ``jnp.result_type`` of the arguments (so
 Python numbers are weak, and without ``jax_enable_x64`` everything is float32), and must be float32 or
@@ -43,6 +44,7 @@ from symgrad.compiled.arguments import (
     type_error,
 )
 from symgrad.errors import ArgumentError
+from symgrad.interop.jax_host import host_call
 
 _CACHE: dict[int, tuple[Any, JaxFunction]] = {}
 
@@ -160,8 +162,7 @@ class JaxFunction:
         fn = self.fn
         forward_callback, jacobian_callback, hessian_callback, jacobian_tangent_callback = _callbacks(fn)
 
-        def callback(function: Any, structs: Any, *args: Any) -> Any:
-            return jax.pure_callback(function, structs, *args, vmap_method="expand_dims")
+        callback = host_call
 
         @jax.custom_jvp
         def hvp_rows(*args: jax.Array) -> jax.Array:
