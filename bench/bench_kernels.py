@@ -4,7 +4,9 @@ For each function, dtype and N, one call computes the outputs and every input gr
 Columns are times relative to hand-written NumPy (lower is better), the bandwidth the 1-thread C kernel
 achieves against a STREAM-style triad (``a = b + s*c``, one C loop) measured in the same run, and the
 speedups the targets are stated in (PyTorch's and JAX's time over symgrad C's on 2 threads). The last
-table is the fixed per-call cost at N=10 through the public API and through the raw backend ``run``.
+table is the fixed per-call cost at N=10 through the public API and through the raw backend ``run``; the
+very last, ns per element of the vector math the kernels call: scalar libm, glibc's libmvec and SLEEF
+(Debian ``libsleef-dev``, when installed: its ``libsleefgnuabi`` has libmvec's symbol names).
 
     python bench/bench_kernels.py            # N = 1e3 .. 1e7
     python bench/bench_kernels.py --quick    # N = 1e3 .. 1e6, fewer repeats (< 3 minutes)
@@ -15,11 +17,14 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
+import scipy.special
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -60,6 +65,16 @@ def gelu_tanh_np(x, g):
     value = 0.5 * x * (1 + t)
     d = 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * SQRT_2_PI * (1 + 3 * 0.044715 * x2)
     return value, (g * d,)
+
+
+@sg.function
+def gelu_erf(x):
+    return 0.5 * x * (1 + sg.erf(x / math.sqrt(2)))
+
+
+def gelu_erf_np(x, g):
+    e = scipy.special.erf(x * (1 / math.sqrt(2)))
+    return 0.5 * x * (1 + e), (g * (0.5 * (1 + e) + x * np.exp(-0.5 * x * x) / math.sqrt(2 * math.pi)),)
 
 
 @sg.function
@@ -118,6 +133,7 @@ def _torch_forms():
     return {
         "softplus": lambda x: t.nn.functional.softplus(x),
         "gelu_tanh": lambda x: t.nn.functional.gelu(x, approximate="tanh"),
+        "gelu_erf": lambda x: t.nn.functional.gelu(x),
         "blend": lambda x, y: t.sin(x) * t.exp(-(y**2)) + t.log1p(x**2 * y**2),
         "neo_relu": lambda x: t.where(x > 0, x, t.full_like(x, -0.1)),
         "big": lambda x, y: (
@@ -134,6 +150,7 @@ def _jax_forms():
     return {
         "softplus": jax.nn.softplus,
         "gelu_tanh": lambda x: jax.nn.gelu(x, approximate=True),
+        "gelu_erf": lambda x: jax.nn.gelu(x, approximate=False),
         "blend": lambda x, y: j.sin(x) * j.exp(-(y**2)) + j.log1p(x**2 * y**2),
         "neo_relu": lambda x: j.where(x > 0, x, -0.1),
         "big": lambda x, y: (
@@ -148,6 +165,7 @@ def _jax_forms():
 CASES = [
     ("softplus", softplus, softplus_np, 1),
     ("gelu_tanh", gelu_tanh, gelu_tanh_np, 1),
+    ("gelu_erf", gelu_erf, gelu_erf_np, 1),
     ("blend", blend, blend_np, 2),
     ("neo_relu", neo_relu, neo_relu_np, 1),
     ("big", big, big_np, 2),
@@ -254,6 +272,60 @@ def overhead_table(min_time: float, repeats: int) -> list[str]:
     return lines
 
 
+_VECTOR_MATH_C = r"""
+#include <math.h>
+#include <stdio.h>
+#include <time.h>
+static double now(void)
+{ struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec + t.tv_nsec*1e-9; }
+#define F(f, T, lo, hi, SIMD) SIMD T f(T); T x_##f[4096], y_##f[4096]; /* extern: the loops are kept */ \
+static void l_##f(void) { _Pragma("omp simd") for (int i = 0; i < 4096; ++i) y_##f[i] = f(x_##f[i]); } \
+static void b_##f(void) { for (int i = 0; i < 4096; ++i) x_##f[i] = lo + (hi - lo)*(i + 0.5)/4096; \
+    double best = 1e9; for (int r = 0; r < 300; ++r) { double t = now(); l_##f(); t = now() - t; \
+    if (t < best) best = t; } printf("%s %.2f\n", #f, best/4096*1e9); }
+#define V _Pragma("omp declare simd notinbranch")
+#ifdef SLEEF
+#define G V
+#else
+#define G
+#endif
+F(exp, double, -20, 20, V) F(log1p, double, 0, 1, V) F(tanh, double, -5, 5, V) F(erf, double, -4, 4, V)
+F(expf, float, -20, 20, V) F(log1pf, float, 0, 1, V) F(tanhf, float, -5, 5, V) F(erff, float, -4, 4, V)
+F(lgamma, double, 0.1, 30, G) F(lgammaf, float, 0.1, 30, G) F(tgamma, double, 0.1, 30, G)
+int main(void) { b_exp(); b_log1p(); b_tanh(); b_erf(); b_expf(); b_log1pf(); b_tanhf(); b_erff();
+    b_lgamma(); b_lgammaf(); b_tgamma(); return 0; }
+"""
+
+
+def vector_math_table(tc) -> list[str]:
+    """ns per element of each vector math function, 4096 in-cache values, best of 300 (one process each):
+    scalar libm, libmvec and SLEEF, at the toolchain's flags (its vector width)."""
+    flags = [f for f in tc.flags if f not in ("-fPIC", "-fopenmp")]
+    builds = {
+        "scalar libm": ([f for f in flags if f != "-fopenmp-simd"], ["-lm"]),
+        "libmvec": (flags, ["-lmvec", "-lm"]),
+        "SLEEF 3.x (gnuabi)": ([*flags, "-DSLEEF"], ["-lsleefgnuabi", "-lm"]),
+    }
+    columns: dict[str, dict[str, str]] = {}
+    with tempfile.TemporaryDirectory() as d:
+        (Path(d) / "vm.c").write_text(_VECTOR_MATH_C)
+        for name, (fl, libs) in builds.items():
+            exe = Path(d) / "vm"
+            r = subprocess.run(
+                [*tc.cc, *fl, str(Path(d) / "vm.c"), "-o", str(exe), *libs], capture_output=True
+            )
+            out = (
+                subprocess.run([str(exe)], capture_output=True, text=True).stdout if r.returncode == 0 else ""
+            )
+            columns[name] = dict(line.split() for line in out.splitlines())
+    width = "512 bits" if tc.wide else "gcc's default"
+    lines = [f"| ns/element, vector width {width} | " + " | ".join(columns) + " |"]
+    lines.append("|---|" + "---|" * len(columns))
+    for f in next(iter(columns.values())):
+        lines.append(f"| {f} | " + " | ".join(c.get(f, "n/a") for c in columns.values()) + " |")
+    return lines
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="N up to 1e6 and fewer repeats")
@@ -275,7 +347,8 @@ def main() -> None:
     print(f"# symgrad kernel benchmark ({'quick' if args.quick else 'full'})")
     print(
         f"compiler: {tc.version}; flags: {' '.join(tc.flags)}; OpenMP {'on' if tc.openmp else 'off'}; "
-        f"libmvec tier {tc.libmvec}; CPUs: {os.cpu_count()}; first compile/load of {len(CASES)} functions: "
+        f"libmvec tier {tc.libmvec}; 512-bit vectors {'on' if tc.wide else 'off'}; CPUs: {os.cpu_count()}; "
+        f"first compile/load of {len(CASES)} functions: "
         f"{build_s:.1f} s"
     )
     print(f"STREAM-style triad (1 thread, N=1e7, f64): {triad:.1f} GB/s")
@@ -310,6 +383,8 @@ def main() -> None:
     c_backend.set_num_threads(os.cpu_count() or 1)
     print()
     print("\n".join(overhead_table(min_time, repeats)))
+    print()
+    print("\n".join(vector_math_table(tc)))
     print(f"\ntotal {time.perf_counter() - started:.0f} s")
 
 

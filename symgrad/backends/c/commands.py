@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 
 from symgrad import abi
-from symgrad.backends.c.toolchain import PYTHON_INCLUDE, Toolchain
+from symgrad.backends.c.toolchain import PYTHON_INCLUDE, WIDE_FLAG, Toolchain
 
 #: Appended to every module: thread control for the OpenMP loops (no-ops without OpenMP).
 SUPPORT_SOURCE = """
@@ -67,13 +67,24 @@ def split_units(source: str, units: int) -> list[str]:
 #: the length of a straight-line body, and such a body gains nothing from them (measured on a 10-atom
 #: Lennard-Jones cluster, 500 KB of C: -O3 12.8 s, -O2 11.2 s, -O1 7.7 s of gcc; value_and_vjp 1.52 vs
 #: 1.41 us per row). Its loops over rows still vectorize: ``#pragma omp simd`` runs the vectorizer at -O1.
+#: Not lower: the Neo-Hookean tet's 160 KB at -O1 builds in 3.0 s instead of 4.8 s of gcc, but its forward
+#: then takes 121 ns per row instead of 15.
 LONG_SECTION_BYTES = 300_000
 
+#: A unit holding a function longer than this (bytes) keeps gcc's 256-bit vectors even where the toolchain
+#: prefers 512 bits: on the tet's 160 KB of C, 512-bit vectors doubled gcc's time (4.8 s -> 9.6 s) and made
+#: no kernel faster, while elementwise functions (under 40 KB each in examples/model.py) gain 1.1-2.6x.
+WIDE_SECTION_BYTES = 100_000
 
-def unit_flags(flags: tuple[str, ...], unit: str) -> list[str]:
-    """``flags`` with -O3 made -O1 for a translation unit that holds a function longer than
-    ``LONG_SECTION_BYTES`` (``SYMGRAD_CFLAGS``, after them, still has the last word)."""
+
+def unit_flags(tc: Toolchain, unit: str) -> list[str]:
+    """``tc``'s flags for one translation unit: -O3 made -O1 where it holds a function longer than
+    ``LONG_SECTION_BYTES``, and the probe's 512-bit preference dropped past ``WIDE_SECTION_BYTES``
+    (``SYMGRAD_CFLAGS``, after them, still has the last word; a width set there is kept)."""
     longest = max(map(len, unit.split("\n" + abi.SECTION_MARK)))
+    flags = tc.flags
+    if tc.wide and longest > WIDE_SECTION_BYTES:
+        flags = tuple(f for f in flags if f != WIDE_FLAG)
     return [("-O1" if f == "-O3" and longest > LONG_SECTION_BYTES else f) for f in flags]
 
 
@@ -101,7 +112,7 @@ def cffi_steps(tmp: Path, source: str, cdef: str, glue: str, tc: Toolchain, name
     omp += list(sanitize_flags())
     objects = [file[:-2] + ".o" for file in files]
     steps = [
-        [*tc.cc, *unit_flags(tc.flags, text), *sanitize_flags(), "-c", "-o", o, f]
+        [*tc.cc, *unit_flags(tc, text), *sanitize_flags(), "-c", "-o", o, f]
         for o, f, text in zip(objects, files, units)
     ]
     include = f"-I{PYTHON_INCLUDE}"

@@ -9,7 +9,8 @@ the compiler it is about, checked on every read; never a command: the compiler t
 ``CC``/``PATH`` name in this process.
 
 Environment: ``CC`` (compiler command), ``SYMGRAD_CFLAGS`` (extra flags), ``SYMGRAD_NATIVE=0`` (no
-``-march=native``), ``SYMGRAD_OPENMP=0`` (no threads), ``SYMGRAD_DEBUG=2`` (print every compiler command).
+``-march=native``), ``SYMGRAD_OPENMP=0`` (no threads), ``SYMGRAD_VECTOR_WIDTH=256`` (gcc's own vector width
+on an AVX-512 CPU, see ``_wide_vectors``), ``SYMGRAD_DEBUG=2`` (print every compiler command).
 This module must not import SymPy.
 """
 
@@ -41,6 +42,8 @@ PROBE_SOURCE_DIGEST = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()
 BASE_FLAGS = ("-O3", "-fPIC", "-fno-math-errno", "-fno-trapping-math", "-ffp-contract=off", "-fopenmp-simd")
 #: For a compiler that rejects one of BASE_FLAGS.
 PLAIN_FLAGS = ("-O2", "-fPIC")
+#: 512-bit vectors where -march=native has AVX-512 and libmvec's AVX-512 variants link (``_wide_vectors``).
+WIDE_FLAG = "-mprefer-vector-width=512"
 
 
 @dataclass(frozen=True)
@@ -52,6 +55,7 @@ class Toolchain:
     libs: tuple[str, ...]  # link flags
     openmp: bool
     libmvec: int  # 0, 1 (glibc >= 2.22 set) or 2 (glibc >= 2.35 set)
+    wide: bool  # WIDE_FLAG in flags: 512-bit vectors and libmvec's AVX-512 variants
 
     def identity(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
@@ -131,6 +135,7 @@ def toolchain() -> Toolchain:
                 PYTHON_INCLUDE,
                 os.environ.get("SYMGRAD_OPENMP", "1"),
                 os.environ.get("SYMGRAD_NATIVE", "1"),
+                os.environ.get("SYMGRAD_VECTOR_WIDTH", ""),
             ]
         ).encode()
     ).hexdigest()[:24]
@@ -161,6 +166,7 @@ _RECORD = {
     "native": bool,
     "openmp": bool,
     "libmvec": int,
+    "wide": bool,
 }
 
 
@@ -185,6 +191,8 @@ def _assemble(cc: list[str], extra: tuple[str, ...], found: dict) -> Toolchain:
     flags = [*(BASE_FLAGS if found["base"] else PLAIN_FLAGS)]
     if found["native"]:
         flags.append("-march=native")
+    if found["wide"]:
+        flags.append(WIDE_FLAG)
     flags += extra
     if found["openmp"]:
         flags.append("-fopenmp")
@@ -199,6 +207,7 @@ def _assemble(cc: list[str], extra: tuple[str, ...], found: dict) -> Toolchain:
         libs=("-lmvec", "-lm") if libmvec else ("-lm",),
         openmp=found["openmp"],
         libmvec=libmvec,
+        wide=found["wide"],
     )
 
 
@@ -312,6 +321,7 @@ def _probe(cc: list[str], extra: tuple[str, ...]) -> dict:
             if ok and b"_ZGV" in so.read_bytes():
                 libmvec = tier
                 break
+        wide = _wide_vectors(cc, flags, libmvec, tmp)
     return {
         "version": version,
         "target": target,
@@ -319,4 +329,20 @@ def _probe(cc: list[str], extra: tuple[str, ...]) -> dict:
         "native": native,
         "openmp": openmp,
         "libmvec": libmvec,
+        "wide": wide,
     }
+
+
+def _wide_vectors(cc: list[str], flags: list[str], libmvec: int, tmp: Path) -> bool:
+    """Whether to prefer 512-bit vectors: -march=native has AVX-512 and the probe's loops then call libmvec's
+    AVX-512 variants (``_ZGVe``). gcc's tuning keeps 256 bits on such CPUs (some Intel parts clock down
+    under AVX-512), but the libmvec calls are the kernels' cost: softplus value_and_vjp at N=1e6 took 1.9 ms
+    for 3.6 at 256 bits (docs/numerics.md, "Vector math"). Off under ``SYMGRAD_VECTOR_WIDTH=256`` and when
+    ``SYMGRAD_CFLAGS`` sets a width itself."""
+    if not libmvec or "-march=native" not in flags or os.environ.get("SYMGRAD_VECTOR_WIDTH") == "256":
+        return False
+    if any(f.startswith("-mprefer-vector-width") for f in flags):
+        return False
+    source = _libmvec_source(libmvec)
+    ok, _, so = _try_shared(cc, [*flags, WIDE_FLAG], ["-lmvec", "-lm"], source, tmp, "wide")
+    return ok and b"_ZGVe" in so.read_bytes()
