@@ -21,6 +21,7 @@ import argparse  # noqa: E402
 import json  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
+import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -32,12 +33,26 @@ sys.path.insert(0, str(ROOT / "examples"))
 sys.path.insert(1, str(ROOT / "bench"))
 
 import numpy as np  # noqa: E402
-from common import best_time, optional_jax, optional_torch  # noqa: E402
+from common import optional_jax, optional_torch  # noqa: E402
 
 import symgrad as sg  # noqa: E402
 
 N = 32768
 HIDDEN, INPUT = 2, 2
+
+
+def best_time(fn, repeats: int, batch: int = 5) -> float:
+    """CPU seconds per call (``process_time``: every thread of the process, none of the time spent waiting
+    for a CPU, so other load on a shared machine does not inflate it): the best of ``repeats`` batches of
+    ``batch`` calls, after a warm-up call."""
+    fn()
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.process_time()
+        for _ in range(batch):
+            fn()
+        best = min(best, (time.process_time() - start) / batch)
+    return best
 
 
 @sg.function
@@ -205,9 +220,7 @@ def main() -> None:
     if args.before:
         columns = {"before": before_times(args.before, args.quick), **columns}
     columns.update(framework_times(repeats))
-    print(
-        f"ns per observation, value + Jacobian, N = {N}, one thread (best of {repeats}; shared machines vary)"
-    )
+    print(f"ns per observation, value + Jacobian, N = {N}, one thread (best CPU time of {repeats} batches)")
     print(f"{'function':<22}{'dtype':<9}" + "".join(f"{c:>11}" for c in columns) + "  ratios")
     for key in columns["symgrad"]:
         name, dtype = key.split("|")

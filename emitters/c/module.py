@@ -26,7 +26,7 @@ from symgrad.compiler.ir import Kernel, Program, Slot
 from .. import ModelInfo, one_line
 from .loops import _parallel_min_rows, _two_rows
 from .printer import SymgradCPrinter
-from .strides import STRIDE_MACROS, hidden_widths, stride_lines
+from .strides import GROUPED_WIDTHS, STRIDE_MACROS, hidden_widths, stride_lines
 from .text import DTYPES, HELPERS, LIBMVEC_TIER, LOOP_MACROS, DType, c_safe, helper, vector_math_declarations
 
 
@@ -47,6 +47,8 @@ class _Names:
         self.taken |= {"i", "j", "n"}
         self.renamed: dict[str, str] = {}
         self.second: dict[str, str] = {}
+        self.params = {self(slot.name) for slot in (*program.inputs, *program.outputs)}
+        self.results: dict[str, str] = {}
 
     def __call__(self, name: str) -> str:
         if c_safe(name):
@@ -67,6 +69,16 @@ class _Names:
         self.taken.add(name)
         return name
 
+    def local(self, name: str) -> str:
+        """The C local for the IR's ``name``: a scalar result named as its argument (``grad_w``) gets one of
+        its own (``grad_w_``)."""
+        name = self(name)
+        if name in self.params:
+            if name not in self.results:
+                self.results[name] = self.fresh(name + "_")
+            return self.results[name]
+        return name
+
     def lane(self, name: str) -> str:
         """The second row's copy of the (C-safe) local ``name``: ``t3`` -> ``t3_b``."""
         if name not in self.second:
@@ -82,10 +94,14 @@ def _statements(
     row: str,
     local: Callable[[str], str],
     access: Callable[[Slot, int, str], str],
+    grouped: Callable[[Slot], bool],
 ) -> list[tuple[str, bool]]:
     """The loop body for row ``row`` (``i`` or ``j``), locals named by ``local`` (comments only on ``i``),
     component ``k`` of a slot at ``access(slot, k, row)``: (statement, whether it loads or stores an array
-    element)."""
+    element). Slots of a few values per row that gcc vectorizes as an interleaved group (``grouped``) are
+    stored at the end of the body: gcc may move an earlier store into the branches of a later
+    select, and a masked store to a group stops the loop from vectorizing ("unsupported access type for
+    masked store"); the values of wider slots are stored as computed (kept to the end, they cost spills)."""
     names: dict[sympy.Symbol, str] = {}
     used = set().union(*(a.expr.free_symbols for a in program.body)) if program.body else set()
     lines = []
@@ -98,19 +114,26 @@ def _statements(
             elif sym in used:
                 names[sym] = local(cname(sym.name))
                 lines.append((f"const {dtype.ctype} {names[sym]} = {access(slot, k, row)};", True))
-    stores = {}
+    p.names = names
+    computed = {a.target for a in program.body}
+    direct: dict[sympy.Symbol, str] = {}  # results stored as computed
+    at_end = []  # the others: (slot, component)
     for slot in program.outputs:
         for k, sym in enumerate(slot.symbols):
-            stores[sym] = names[sym] = access(slot, k, row)
-    p.names = names
+            if sym in computed and grouped(slot):
+                at_end.append((slot, k))
+            elif sym in computed:
+                direct[sym] = access(slot, k, row)
     for a in program.body:
         note = f"  /* {_comment(a.note)} */" if a.note and row == "i" else ""
         value = p.doprint(a.expr)
-        if a.target in stores:
-            lines.append((f"{stores[a.target]} = {value};{note}", True))
+        if a.target in direct:
+            names[a.target] = direct[a.target]
+            lines.append((f"{direct[a.target]} = {value};{note}", True))
         else:
-            names[a.target] = local(cname(a.target.name))
+            names[a.target] = local(cname.local(a.target.name))
             lines.append((f"const {dtype.ctype} {names[a.target]} = {value};{note}", False))
+    lines += [(f"{access(slot, k, row)} = {names[slot.symbols[k]]};", True) for slot, k in at_end]
     return lines
 
 
@@ -159,10 +182,13 @@ class CEmitter:
                 return f"{cname(slot.name)}[{row}]"
             return f"{cname(slot.name)}[{row}*{widths.get(slot.size, slot.size)} + {k}]"
 
-        first = _statements(program, dtype, p, cname, "i", lambda name: name, access)
+        def grouped(slot: Slot) -> bool:  # one value per row is a plain contiguous (maskable) store
+            return slot.size > 1 and slot.size in GROUPED_WIDTHS and slot.size not in widths
+
+        first = _statements(program, dtype, p, cname, "i", lambda name: name, access, grouped)
         two = _two_rows(program, dtype)
         if two:
-            second = _statements(program, dtype, p, cname, "j", cname.lane, access)
+            second = _statements(program, dtype, p, cname, "j", cname.lane, access, grouped)
             lines = ["const int64_t j = i + sg_skip;", *_interleave(first, second)]
         else:
             lines = [line for line, _ in first]

@@ -1545,8 +1545,10 @@ static SG_NOINLINE void sg_rows_blend__value_and_jacobian_f64(int64_t sg_lo, int
         const double inv_t0_sq_plus_1 = 1.0/(1.0 + t0_sq);
         const double t1 = (fabs(x_y) <= 1.0 ? inv_t0_sq_plus_1 : -inv_t0_sq_plus_1/t0_sq);
         const double t2 = (t1 == 0.0 ? 0.0 : 2.0*t0*t1);
-        jacobian[i*2 + 0] = exp_neg_y_sq*sg_cos_f64(x[i]) + t2*y[i] + (fabs(x_y) <= 1.0 ? 0.0 : 2.0*sg_sign_f64(x[i])/abs_x);
-        jacobian[i*2 + 1] = t2*x[i] - 2.0*exp_neg_y_sq_sin_x*y[i] + (fabs(x_y) <= 1.0 ? 0.0 : 2.0*sg_sign_f64(y[i])/abs_y);
+        const double jacobian_0_0 = exp_neg_y_sq*sg_cos_f64(x[i]) + t2*y[i] + (fabs(x_y) <= 1.0 ? 0.0 : 2.0*sg_sign_f64(x[i])/abs_x);
+        const double jacobian_0_1 = t2*x[i] - 2.0*exp_neg_y_sq_sin_x*y[i] + (fabs(x_y) <= 1.0 ? 0.0 : 2.0*sg_sign_f64(y[i])/abs_y);
+        jacobian[i*2 + 0] = jacobian_0_0;
+        jacobian[i*2 + 1] = jacobian_0_1;
     }
 }
 
@@ -1594,12 +1596,12 @@ static SG_NOINLINE void sg_rows_blend__value_jacobian_hessian_f64(int64_t sg_lo,
         const double inv_abs_x = 1.0/abs_x;
         const double t3 = (fabs(x_y) <= 1.0 ? 0.0 : 2.0*sign_x*inv_abs_x);
         const double cos_x = sg_cos_f64(x[i]);
-        jacobian[i*2 + 0] = t3 + cos_x*exp_neg_y_sq + t2*y[i];
+        const double jacobian_0_0 = t3 + cos_x*exp_neg_y_sq + t2*y[i];
         const double sign_y = sg_sign_f64(y[i]);
         const double inv_abs_y = 1.0/abs_y;
         const double t4 = (fabs(x_y) <= 1.0 ? 0.0 : 2.0*sign_y*inv_abs_y);
         const double twice_sin_x_exp_neg_y_sq = 2.0*sin_x_exp_neg_y_sq;
-        jacobian[i*2 + 1] = t4 + t2*x[i] - twice_sin_x_exp_neg_y_sq*y[i];
+        const double jacobian_0_1 = t4 + t2*x[i] - twice_sin_x_exp_neg_y_sq*y[i];
         const double twice_t0_y = twice_t0*y[i];
         const double t5 = inv_t0_sq_plus_1;
         const double inv_t0_sq_plus_1_t5 = inv_t0_sq_plus_1*t5;
@@ -1614,10 +1616,16 @@ static SG_NOINLINE void sg_rows_blend__value_jacobian_hessian_f64(int64_t sg_lo,
         const double t11 = (t8 == 0.0 ? 0.0 : t8*((t6 == 0.0 ? 0.0 : -inv_t0_sq_plus_1_t5*t6*twice_t0_x) + (t7 == 0.0 ? 0.0 : t7*twice_t0_x))) + (t9 == 0.0 ? 0.0 : t9*x[i]);
         const double t12 = (fabs(x_y) <= 1.0 ? 0.0 : -inv_abs_y*t4);
         const double t13 = t2 + cos_x*neg_twice_y_exp_neg_y_sq + t11*y[i];
-        hessian[i*4 + 0] = -sin_x_exp_neg_y_sq + y[i]*((t8 == 0.0 ? 0.0 : t8*((t6 == 0.0 ? 0.0 : -twice_t0_y*inv_t0_sq_plus_1_t5*t6) + (t7 == 0.0 ? 0.0 : twice_t0_y*t7))) + (t9 == 0.0 ? 0.0 : t9*y[i])) + (t10 == 0.0 ? 0.0 : sign_x*t10);
-        hessian[i*4 + 1] = t13;
-        hessian[i*4 + 2] = t13;
-        hessian[i*4 + 3] = -twice_sin_x_exp_neg_y_sq + t11*x[i] - sin_x*twice_y*neg_twice_y_exp_neg_y_sq + (t12 == 0.0 ? 0.0 : sign_y*t12);
+        const double hessian_0_0 = -sin_x_exp_neg_y_sq + y[i]*((t8 == 0.0 ? 0.0 : t8*((t6 == 0.0 ? 0.0 : -twice_t0_y*inv_t0_sq_plus_1_t5*t6) + (t7 == 0.0 ? 0.0 : twice_t0_y*t7))) + (t9 == 0.0 ? 0.0 : t9*y[i])) + (t10 == 0.0 ? 0.0 : sign_x*t10);
+        const double hessian_0_1 = t13;
+        const double hessian_1_0 = t13;
+        const double hessian_1_1 = -twice_sin_x_exp_neg_y_sq + t11*x[i] - sin_x*twice_y*neg_twice_y_exp_neg_y_sq + (t12 == 0.0 ? 0.0 : sign_y*t12);
+        jacobian[i*2 + 0] = jacobian_0_0;
+        jacobian[i*2 + 1] = jacobian_0_1;
+        hessian[i*4 + 0] = hessian_0_0;
+        hessian[i*4 + 1] = hessian_0_1;
+        hessian[i*4 + 2] = hessian_1_0;
+        hessian[i*4 + 3] = hessian_1_1;
     }
 }
 
@@ -1877,8 +1885,10 @@ static SG_NOINLINE void sg_rows_blend__value_and_jacobian_f32(int64_t sg_lo, int
         const float inv_t0_sq_plus_1 = 1.0F/(1.0F + t0_sq);
         const float t1 = (fabsf(x_y) <= 1.0F ? inv_t0_sq_plus_1 : -inv_t0_sq_plus_1/t0_sq);
         const float t2 = (t1 == 0.0F ? 0.0F : 2.0F*t0*t1);
-        jacobian[i*2 + 0] = exp_neg_y_sq*sg_cos_f32(x[i]) + t2*y[i] + (fabsf(x_y) <= 1.0F ? 0.0F : 2.0F*sg_sign_f32(x[i])/abs_x);
-        jacobian[i*2 + 1] = t2*x[i] - 2.0F*exp_neg_y_sq_sin_x*y[i] + (fabsf(x_y) <= 1.0F ? 0.0F : 2.0F*sg_sign_f32(y[i])/abs_y);
+        const float jacobian_0_0 = exp_neg_y_sq*sg_cos_f32(x[i]) + t2*y[i] + (fabsf(x_y) <= 1.0F ? 0.0F : 2.0F*sg_sign_f32(x[i])/abs_x);
+        const float jacobian_0_1 = t2*x[i] - 2.0F*exp_neg_y_sq_sin_x*y[i] + (fabsf(x_y) <= 1.0F ? 0.0F : 2.0F*sg_sign_f32(y[i])/abs_y);
+        jacobian[i*2 + 0] = jacobian_0_0;
+        jacobian[i*2 + 1] = jacobian_0_1;
     }
 }
 
@@ -1926,12 +1936,12 @@ static SG_NOINLINE void sg_rows_blend__value_jacobian_hessian_f32(int64_t sg_lo,
         const float inv_abs_x = 1.0F/abs_x;
         const float t3 = (fabsf(x_y) <= 1.0F ? 0.0F : 2.0F*sign_x*inv_abs_x);
         const float cos_x = sg_cos_f32(x[i]);
-        jacobian[i*2 + 0] = t3 + cos_x*exp_neg_y_sq + t2*y[i];
+        const float jacobian_0_0 = t3 + cos_x*exp_neg_y_sq + t2*y[i];
         const float sign_y = sg_sign_f32(y[i]);
         const float inv_abs_y = 1.0F/abs_y;
         const float t4 = (fabsf(x_y) <= 1.0F ? 0.0F : 2.0F*sign_y*inv_abs_y);
         const float twice_sin_x_exp_neg_y_sq = 2.0F*sin_x_exp_neg_y_sq;
-        jacobian[i*2 + 1] = t4 + t2*x[i] - twice_sin_x_exp_neg_y_sq*y[i];
+        const float jacobian_0_1 = t4 + t2*x[i] - twice_sin_x_exp_neg_y_sq*y[i];
         const float twice_t0_y = twice_t0*y[i];
         const float t5 = inv_t0_sq_plus_1;
         const float inv_t0_sq_plus_1_t5 = inv_t0_sq_plus_1*t5;
@@ -1946,10 +1956,16 @@ static SG_NOINLINE void sg_rows_blend__value_jacobian_hessian_f32(int64_t sg_lo,
         const float t11 = (t8 == 0.0F ? 0.0F : t8*((t6 == 0.0F ? 0.0F : -inv_t0_sq_plus_1_t5*t6*twice_t0_x) + (t7 == 0.0F ? 0.0F : t7*twice_t0_x))) + (t9 == 0.0F ? 0.0F : t9*x[i]);
         const float t12 = (fabsf(x_y) <= 1.0F ? 0.0F : -inv_abs_y*t4);
         const float t13 = t2 + cos_x*neg_twice_y_exp_neg_y_sq + t11*y[i];
-        hessian[i*4 + 0] = -sin_x_exp_neg_y_sq + y[i]*((t8 == 0.0F ? 0.0F : t8*((t6 == 0.0F ? 0.0F : -twice_t0_y*inv_t0_sq_plus_1_t5*t6) + (t7 == 0.0F ? 0.0F : twice_t0_y*t7))) + (t9 == 0.0F ? 0.0F : t9*y[i])) + (t10 == 0.0F ? 0.0F : sign_x*t10);
-        hessian[i*4 + 1] = t13;
-        hessian[i*4 + 2] = t13;
-        hessian[i*4 + 3] = -twice_sin_x_exp_neg_y_sq + t11*x[i] - sin_x*twice_y*neg_twice_y_exp_neg_y_sq + (t12 == 0.0F ? 0.0F : sign_y*t12);
+        const float hessian_0_0 = -sin_x_exp_neg_y_sq + y[i]*((t8 == 0.0F ? 0.0F : t8*((t6 == 0.0F ? 0.0F : -twice_t0_y*inv_t0_sq_plus_1_t5*t6) + (t7 == 0.0F ? 0.0F : twice_t0_y*t7))) + (t9 == 0.0F ? 0.0F : t9*y[i])) + (t10 == 0.0F ? 0.0F : sign_x*t10);
+        const float hessian_0_1 = t13;
+        const float hessian_1_0 = t13;
+        const float hessian_1_1 = -twice_sin_x_exp_neg_y_sq + t11*x[i] - sin_x*twice_y*neg_twice_y_exp_neg_y_sq + (t12 == 0.0F ? 0.0F : sign_y*t12);
+        jacobian[i*2 + 0] = jacobian_0_0;
+        jacobian[i*2 + 1] = jacobian_0_1;
+        hessian[i*4 + 0] = hessian_0_0;
+        hessian[i*4 + 1] = hessian_0_1;
+        hessian[i*4 + 2] = hessian_1_0;
+        hessian[i*4 + 3] = hessian_1_1;
     }
 }
 
@@ -2728,10 +2744,14 @@ static SG_NOINLINE void sg_rows_polar__value_and_jacobian_f64(int64_t sg_lo, int
         const double sin_theta = sin(theta[i]);
         const double r_sin_theta = r[i]*sin_theta;
         out1[i] = r_sin_theta;  /* out1 = r*sin(theta) */
-        jacobian[i*4 + 0] = cos_theta;
-        jacobian[i*4 + 1] = -r_sin_theta;
-        jacobian[i*4 + 2] = sin_theta;
-        jacobian[i*4 + 3] = r_cos_theta;
+        const double jacobian_0_0 = cos_theta;
+        const double jacobian_0_1 = -r_sin_theta;
+        const double jacobian_1_0 = sin_theta;
+        const double jacobian_1_1 = r_cos_theta;
+        jacobian[i*4 + 0] = jacobian_0_0;
+        jacobian[i*4 + 1] = jacobian_0_1;
+        jacobian[i*4 + 2] = jacobian_1_0;
+        jacobian[i*4 + 3] = jacobian_1_1;
     }
 }
 
@@ -2769,19 +2789,31 @@ static SG_NOINLINE void sg_rows_polar__value_jacobian_hessian_f64(int64_t sg_lo,
         const double sin_theta = sin(theta[i]);
         const double r_sin_theta = r[i]*sin_theta;
         out1[i] = r_sin_theta;  /* out1 = r*sin(theta) */
-        jacobian[i*4 + 0] = cos_theta;
-        jacobian[i*4 + 1] = -r_sin_theta;
-        jacobian[i*4 + 2] = sin_theta;
-        jacobian[i*4 + 3] = r_cos_theta;
+        const double jacobian_0_0 = cos_theta;
+        const double jacobian_0_1 = -r_sin_theta;
+        const double jacobian_1_0 = sin_theta;
+        const double jacobian_1_1 = r_cos_theta;
         const double neg_sin_theta = -sin_theta;
-        hessian[i*8 + 0] = 0.0;
-        hessian[i*8 + 1] = neg_sin_theta;
-        hessian[i*8 + 2] = neg_sin_theta;
-        hessian[i*8 + 3] = -r[i]*cos_theta;
-        hessian[i*8 + 4] = 0.0;
-        hessian[i*8 + 5] = cos_theta;
-        hessian[i*8 + 6] = cos_theta;
-        hessian[i*8 + 7] = r[i]*neg_sin_theta;
+        const double hessian_0_0_0 = 0.0;
+        const double hessian_0_0_1 = neg_sin_theta;
+        const double hessian_0_1_0 = neg_sin_theta;
+        const double hessian_0_1_1 = -r[i]*cos_theta;
+        const double hessian_1_0_0 = 0.0;
+        const double hessian_1_0_1 = cos_theta;
+        const double hessian_1_1_0 = cos_theta;
+        const double hessian_1_1_1 = r[i]*neg_sin_theta;
+        jacobian[i*4 + 0] = jacobian_0_0;
+        jacobian[i*4 + 1] = jacobian_0_1;
+        jacobian[i*4 + 2] = jacobian_1_0;
+        jacobian[i*4 + 3] = jacobian_1_1;
+        hessian[i*8 + 0] = hessian_0_0_0;
+        hessian[i*8 + 1] = hessian_0_0_1;
+        hessian[i*8 + 2] = hessian_0_1_0;
+        hessian[i*8 + 3] = hessian_0_1_1;
+        hessian[i*8 + 4] = hessian_1_0_0;
+        hessian[i*8 + 5] = hessian_1_0_1;
+        hessian[i*8 + 6] = hessian_1_1_0;
+        hessian[i*8 + 7] = hessian_1_1_1;
     }
 }
 
@@ -3065,15 +3097,23 @@ static SG_NOINLINE void sg_rows_polar__value_and_jacobian_f32(int64_t sg_lo, int
         const float r_sin_theta = r[i]*sin_theta;
         const float r_sin_theta_b = r[j]*sin_theta_b;
         out1[i] = r_sin_theta;  /* out1 = r*sin(theta) */
-        jacobian[i*4 + 0] = cos_theta;
-        jacobian[i*4 + 1] = -r_sin_theta;
-        jacobian[i*4 + 2] = sin_theta;
-        jacobian[i*4 + 3] = r_cos_theta;
         out1[j] = r_sin_theta_b;
-        jacobian[j*4 + 0] = cos_theta_b;
-        jacobian[j*4 + 1] = -r_sin_theta_b;
-        jacobian[j*4 + 2] = sin_theta_b;
-        jacobian[j*4 + 3] = r_cos_theta_b;
+        const float jacobian_0_0 = cos_theta;
+        const float jacobian_0_0_b = cos_theta_b;
+        const float jacobian_0_1 = -r_sin_theta;
+        const float jacobian_0_1_b = -r_sin_theta_b;
+        const float jacobian_1_0 = sin_theta;
+        const float jacobian_1_0_b = sin_theta_b;
+        const float jacobian_1_1 = r_cos_theta;
+        const float jacobian_1_1_b = r_cos_theta_b;
+        jacobian[i*4 + 0] = jacobian_0_0;
+        jacobian[i*4 + 1] = jacobian_0_1;
+        jacobian[i*4 + 2] = jacobian_1_0;
+        jacobian[i*4 + 3] = jacobian_1_1;
+        jacobian[j*4 + 0] = jacobian_0_0_b;
+        jacobian[j*4 + 1] = jacobian_0_1_b;
+        jacobian[j*4 + 2] = jacobian_1_0_b;
+        jacobian[j*4 + 3] = jacobian_1_1_b;
     }
 }
 
@@ -3121,33 +3161,57 @@ static SG_NOINLINE void sg_rows_polar__value_jacobian_hessian_f32(int64_t sg_lo,
         const float r_sin_theta = r[i]*sin_theta;
         const float r_sin_theta_b = r[j]*sin_theta_b;
         out1[i] = r_sin_theta;  /* out1 = r*sin(theta) */
-        jacobian[i*4 + 0] = cos_theta;
-        jacobian[i*4 + 1] = -r_sin_theta;
-        jacobian[i*4 + 2] = sin_theta;
-        jacobian[i*4 + 3] = r_cos_theta;
         out1[j] = r_sin_theta_b;
-        jacobian[j*4 + 0] = cos_theta_b;
-        jacobian[j*4 + 1] = -r_sin_theta_b;
-        jacobian[j*4 + 2] = sin_theta_b;
-        jacobian[j*4 + 3] = r_cos_theta_b;
+        const float jacobian_0_0 = cos_theta;
+        const float jacobian_0_0_b = cos_theta_b;
+        const float jacobian_0_1 = -r_sin_theta;
+        const float jacobian_0_1_b = -r_sin_theta_b;
+        const float jacobian_1_0 = sin_theta;
+        const float jacobian_1_0_b = sin_theta_b;
+        const float jacobian_1_1 = r_cos_theta;
+        const float jacobian_1_1_b = r_cos_theta_b;
         const float neg_sin_theta = -sin_theta;
         const float neg_sin_theta_b = -sin_theta_b;
-        hessian[i*8 + 0] = 0.0F;
-        hessian[i*8 + 1] = neg_sin_theta;
-        hessian[i*8 + 2] = neg_sin_theta;
-        hessian[i*8 + 3] = -r[i]*cos_theta;
-        hessian[i*8 + 4] = 0.0F;
-        hessian[i*8 + 5] = cos_theta;
-        hessian[i*8 + 6] = cos_theta;
-        hessian[i*8 + 7] = r[i]*neg_sin_theta;
-        hessian[j*8 + 0] = 0.0F;
-        hessian[j*8 + 1] = neg_sin_theta_b;
-        hessian[j*8 + 2] = neg_sin_theta_b;
-        hessian[j*8 + 3] = -r[j]*cos_theta_b;
-        hessian[j*8 + 4] = 0.0F;
-        hessian[j*8 + 5] = cos_theta_b;
-        hessian[j*8 + 6] = cos_theta_b;
-        hessian[j*8 + 7] = r[j]*neg_sin_theta_b;
+        const float hessian_0_0_0 = 0.0F;
+        const float hessian_0_0_0_b = 0.0F;
+        const float hessian_0_0_1 = neg_sin_theta;
+        const float hessian_0_0_1_b = neg_sin_theta_b;
+        const float hessian_0_1_0 = neg_sin_theta;
+        const float hessian_0_1_0_b = neg_sin_theta_b;
+        const float hessian_0_1_1 = -r[i]*cos_theta;
+        const float hessian_0_1_1_b = -r[j]*cos_theta_b;
+        const float hessian_1_0_0 = 0.0F;
+        const float hessian_1_0_0_b = 0.0F;
+        const float hessian_1_0_1 = cos_theta;
+        const float hessian_1_0_1_b = cos_theta_b;
+        const float hessian_1_1_0 = cos_theta;
+        const float hessian_1_1_0_b = cos_theta_b;
+        const float hessian_1_1_1 = r[i]*neg_sin_theta;
+        const float hessian_1_1_1_b = r[j]*neg_sin_theta_b;
+        jacobian[i*4 + 0] = jacobian_0_0;
+        jacobian[i*4 + 1] = jacobian_0_1;
+        jacobian[i*4 + 2] = jacobian_1_0;
+        jacobian[i*4 + 3] = jacobian_1_1;
+        hessian[i*8 + 0] = hessian_0_0_0;
+        hessian[i*8 + 1] = hessian_0_0_1;
+        hessian[i*8 + 2] = hessian_0_1_0;
+        hessian[i*8 + 3] = hessian_0_1_1;
+        hessian[i*8 + 4] = hessian_1_0_0;
+        hessian[i*8 + 5] = hessian_1_0_1;
+        hessian[i*8 + 6] = hessian_1_1_0;
+        hessian[i*8 + 7] = hessian_1_1_1;
+        jacobian[j*4 + 0] = jacobian_0_0_b;
+        jacobian[j*4 + 1] = jacobian_0_1_b;
+        jacobian[j*4 + 2] = jacobian_1_0_b;
+        jacobian[j*4 + 3] = jacobian_1_1_b;
+        hessian[j*8 + 0] = hessian_0_0_0_b;
+        hessian[j*8 + 1] = hessian_0_0_1_b;
+        hessian[j*8 + 2] = hessian_0_1_0_b;
+        hessian[j*8 + 3] = hessian_0_1_1_b;
+        hessian[j*8 + 4] = hessian_1_0_0_b;
+        hessian[j*8 + 5] = hessian_1_0_1_b;
+        hessian[j*8 + 6] = hessian_1_1_0_b;
+        hessian[j*8 + 7] = hessian_1_1_1_b;
     }
 }
 
