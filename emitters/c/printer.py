@@ -77,11 +77,15 @@ class SymgradCPrinter(ExpressionPrinter, TermOrder, PiecewiseSelects, C99CodePri
     def _print_Mul(self, expr):
         """``-2.0*a*b/(c*d)``: numeric coefficient first, negative powers as one denominator."""
         c, rest = expr.as_coeff_Mul()
-        sign = ""
+        sign, factors = "", None
         if c.is_negative:
-            expr, sign = _keep_coeff(-c, rest), "-"
+            sign = "-"
+            if rest.is_Add or rest.is_Number:  # -c*rest distributes or folds
+                factors = _keep_coeff(-c, rest).as_ordered_factors()
+            else:  # -c*rest's factors, without the product's flatten (assumption queries of every factor)
+                factors = ([] if -c is sympy.S.One else [-c]) + list(rest.as_ordered_factors())
         num, den = [], []
-        for f in expr.as_ordered_factors():
+        for f in expr.as_ordered_factors() if factors is None else factors:
             if f.is_Pow and f.exp.is_Rational and f.exp.is_negative:
                 den.append(f.base if f.exp == -1 else sympy.Pow(f.base, -f.exp, evaluate=False))
             elif f is not sympy.S.One:

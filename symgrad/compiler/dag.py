@@ -46,6 +46,16 @@ def preorder(expr: sympy.Basic, skip: set | frozenset = frozenset()) -> Iterator
         stack.extend(a for a in reversed(node.args) if a not in seen and a not in skip)
 
 
+def occurrences(expr: sympy.Basic) -> Iterator[sympy.Basic]:
+    """Every node of ``expr`` as a tree, parents before children: a shared sub-expression once per
+    occurrence, as ``sympy.preorder_traversal`` visits them (without its generator's cost per node)."""
+    stack = [expr]
+    while stack:
+        node = stack.pop()
+        yield node
+        stack.extend(reversed(node.args))
+
+
 def count(expr: sympy.Basic, limit: int | None = None) -> int:
     """The number of distinct sub-expressions of ``expr``; stops counting past ``limit``."""
     n = 0
@@ -169,11 +179,21 @@ def xreplace(expr: sympy.Basic, rule: dict, evaluate: bool = True) -> sympy.Basi
     return done[expr]
 
 
+def _rebuilt(node: sympy.Basic, args: list) -> sympy.Basic:
+    """``node`` over renamed ``args``: sums, products and powers in SymPy's canonical form; a function
+    unevaluated (its ``eval`` asks assumption queries of the new argument, which walk it as a tree: a
+    5-layer tanh net spent most of its lowering there, and a renaming changes no value)."""
+    if isinstance(node, sympy.Function):
+        return node.func(*args, evaluate=False)
+    return node.func(*args)
+
+
 def renamed(expr: sympy.Basic, rule: dict, memo: dict) -> sympy.Basic:
-    """``expr.xreplace(rule)``, the same expression (each changed node rebuilt evaluated, as SymPy's), once
+    """``expr.xreplace(rule)`` for a ``rule`` that renames symbols to symbols of the same assumptions, once
     per distinct sub-expression across calls that share ``memo``, whatever their rules: a remembered result
     is reused where every symbol under it is renamed as it was then (a program's temporaries are renamed
-    again by the next program; the arguments, and what depends on them alone, keep their names)."""
+    again by the next program; the arguments, and what depends on them alone, keep their names). Each
+    changed node is rebuilt as ``_rebuilt`` says."""
     if not rule:
         return expr
     if len(memo) > MEMO_LIMIT:
@@ -192,7 +212,7 @@ def renamed(expr: sympy.Basic, rule: dict, memo: dict) -> sympy.Basic:
             else:
                 parts = [done[a] for a in node.args]
                 changed = any(p[1] for p in parts)
-                new = node.func(*[p[0] for p in parts]) if changed else node
+                new = _rebuilt(node, [p[0] for p in parts]) if changed else node
                 value = (new, changed, frozenset().union(*[p[2] for p in parts]))
             done[node] = memo[node] = value
             continue

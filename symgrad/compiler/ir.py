@@ -9,10 +9,12 @@ vector and matrix arguments (``sg.Vector(3)``) are just slots with more than one
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from math import prod
 
 import sympy
 
+from symgrad.compiler.opcount import count_ops
 from symgrad.errors import SymgradError
 
 #: Slot roles. Inputs: 'arg' (a user argument), 'cotangent' (seed of a vjp), 'tangent' (seed of a jvp).
@@ -54,7 +56,14 @@ class Program:
     body: tuple[Assign, ...]
 
     def op_count(self) -> int:
-        return int(sum(sympy.count_ops(a.expr) for a in self.body))
+        """``sympy.count_ops`` of the body (``opcount``: each distinct node counted once per process; every
+        program repeats the forward's assignments), computed once per program (the emitters ask per loop and
+        dtype)."""
+        return self._op_count
+
+    @cached_property
+    def _op_count(self) -> int:
+        return sum(count_ops(a.expr) for a in self.body)
 
     def validate(self) -> None:
         """Every symbol is defined once, before use; every result symbol is assigned."""

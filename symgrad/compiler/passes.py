@@ -16,7 +16,7 @@ from math import gcd
 import sympy
 from sympy import Eq, Piecewise, Pow, Symbol
 
-from symgrad.compiler import cse
+from symgrad.compiler import cse, dag
 from symgrad.compiler.fastdiff import free
 from symgrad.compiler.local import local_derivative
 from symgrad.compiler.piecewise import PiecewiseOperand, branches
@@ -333,7 +333,7 @@ def _merges(user: sympy.Expr, sym: Symbol, value: sympy.Expr) -> bool:
     ``w = u/v`` in ``-g*w/v``, SymPy writes ``u/v**2``, where ``v**2`` overflows while ``w/v`` does not (and
     ``e*x`` in ``2*w*x`` becomes ``e*x**2``, 0*inf where ``(e*x)*x`` underflows to 0)."""
     inner = _bases(sympy.Mul.make_args(value))
-    for node in sympy.preorder_traversal(user):
+    for node in dag.occurrences(user):
         if isinstance(node, sympy.Mul) and sym in node.args:
             if inner & _bases(tuple(f for f in node.args if f != sym)):
                 return True
@@ -350,7 +350,7 @@ def inline_single_use(assigns: Assignments, keep: set[Symbol]) -> Assignments:
     in_conditions: set[Symbol] = set()  # a Piecewise substituted there would be folded into it
     bases: set[Symbol] = set()  # a product substituted there would be distributed again
     for _, expr in assigns:
-        for node in sympy.preorder_traversal(expr):
+        for node in dag.occurrences(expr):
             if isinstance(node, Symbol):
                 uses[node] += 1
             elif isinstance(node, Pow) and isinstance(node.base, Symbol) and node.exp not in _ONCE:
