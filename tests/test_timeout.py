@@ -42,7 +42,9 @@ def _leftovers() -> list[str]:
 
 
 @pytest.mark.parametrize("kind", list(HANGS))
-def test_sg_compile_timeout_stops_any_model(tmp_path, kind):
+def test_sg_compile_timeout_stops_any_model(tmp_path, monkeypatch, kind):
+    # a cache of its own: other test workers add entries to the shared one meanwhile
+    monkeypatch.setenv("SYMGRAD_CACHE_DIR", str(tmp_path / "cache"))
     model = _model(tmp_path, kind)
     before = _leftovers()
     start = time.monotonic()
