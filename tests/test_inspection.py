@@ -376,3 +376,13 @@ def test_a_python_bool_condition_names_the_line(tmp_path):
         "model.py:3: f (line 6): sg.where: the condition is the "
     )
     assert message.endswith("use sg.Ne(x, y) / sg.Eq(x, y).")
+
+
+def test_a_function_from_a_notebook_cell_is_named_after_the_cell_not_ipykernels_file():
+    """In Jupyter a function's origin read ``878109654.py:6`` (the hashed file IPython gives a cell)."""
+    namespace: dict = {}
+    code = compile("def bump(x):\n    return x * 2\n", "/tmp/ipykernel_4242/878109654.py", "exec")
+    exec(code, namespace)
+    f = sg.function(namespace["bump"])
+    assert f.origin == "cell:1"
+    assert "878109654" not in repr(f)

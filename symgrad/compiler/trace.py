@@ -179,8 +179,12 @@ class ForwardFunction:
 
     @property
     def origin(self) -> str:
+        """``model.py:12``; ``cell:3`` for a Jupyter cell (IPython's file name for it is a hash)."""
         code = self.fn.__code__
-        return f"{os.path.basename(code.co_filename)}:{code.co_firstlineno}"
+        folder, file = os.path.split(code.co_filename)
+        if os.path.basename(folder).startswith("ipykernel_"):
+            file = "cell"
+        return f"{file}:{code.co_firstlineno}"
 
     def trace(self) -> Spec:
         """Call the body once with real SymPy symbols (the frontend owns symbol creation)."""
