@@ -352,3 +352,16 @@ def test_jax_pure_callback_fallback_matches(monkeypatch):
     for ours, fallback in zip(*results):
         np.testing.assert_array_equal(ours, fallback)
     _close(results[0][2], fn.hessian(*args)[:, :3, :3], "float64")
+
+
+def test_jax_internals_that_import_but_misbehave_fall_back_to_pure_callback():
+    """The host call is built on JAX internals: ones that import but fail (or give wrong values) in a jitted
+    and a vmapped trial call leave ``PRIMITIVE`` None, so ``to_jax`` uses ``jax.pure_callback``."""
+    from symgrad.interop import jax_host
+
+    assert jax_host._checked(None) is None
+    assert jax_host._checked((object(), object(), object())) is None  # binding raises
+    prim, flat, shaped = jax_host.PRIMITIVE
+    wrong = (prim, lambda function, tree: flat(lambda *a: tuple(x * 3 for x in function(*a)), tree), shaped)
+    assert jax_host._checked(wrong) is None  # runs, wrong values
+    assert jax_host._checked(jax_host.PRIMITIVE) is jax_host.PRIMITIVE

@@ -73,16 +73,27 @@ def _primitive() -> tuple[Any, Any, Any] | None:
     return prim, flat, shaped
 
 
-PRIMITIVE = _primitive()
+def _checked(found: tuple[Any, Any, Any] | None) -> tuple[Any, Any, Any] | None:
+    """``found`` if one jitted and one vmapped call through it give the right values, else None: internals
+    that import but changed their signatures or meaning fall back to ``pure_callback`` too."""
+    if found is None:
+        return None
+    import numpy as np
+
+    def twice(a: Any) -> Any:
+        return _bind(found, lambda x: (np.asarray(x) * 2,), (jax.ShapeDtypeStruct(a.shape, a.dtype),), a)[0]
+
+    try:
+        x = np.arange(3.0, dtype=np.float32)
+        ok = np.array_equal(jax.jit(twice)(x), 2 * x)
+        ok = ok and np.array_equal(jax.jit(jax.vmap(twice))(np.stack([x, x])), np.stack([2 * x, 2 * x]))
+    except Exception:  # noqa: BLE001 - any failure of JAX's internals means: use the public API
+        return None
+    return found if ok else None
 
 
-def host_call(function: Callable, structs: Any, *args: Any) -> Any:
-    """``function(*args)`` (NumPy arrays in, NumPy arrays out) run on the host from JAX, with results shaped
-    like ``structs`` (a pytree of ``jax.ShapeDtypeStruct``); under ``vmap`` one call with the batched axis in
-    front (unbatched arguments get a leading 1), as ``pure_callback``'s ``expand_dims``."""
-    if PRIMITIVE is None:
-        return jax.pure_callback(function, structs, *args, vmap_method="expand_dims")
-    prim, flat_callback, shaped = PRIMITIVE
+def _bind(found: tuple[Any, Any, Any], function: Callable, structs: Any, *args: Any) -> Any:
+    prim, flat_callback, shaped = found
     avals, out_tree = jax.tree_util.tree_flatten(
         jax.tree_util.tree_map(lambda s: shaped(s.shape, s.dtype), structs)
     )
@@ -95,6 +106,18 @@ def host_call(function: Callable, structs: Any, *args: Any) -> Any:
         vmap_method="expand_dims",
     )
     return jax.tree_util.tree_unflatten(out_tree, out)
+
+
+PRIMITIVE = _checked(_primitive())
+
+
+def host_call(function: Callable, structs: Any, *args: Any) -> Any:
+    """``function(*args)`` (NumPy arrays in, NumPy arrays out) run on the host from JAX, with results shaped
+    like ``structs`` (a pytree of ``jax.ShapeDtypeStruct``); under ``vmap`` one call with the batched axis in
+    front (unbatched arguments get a leading 1), as ``pure_callback``'s ``expand_dims``."""
+    if PRIMITIVE is None:
+        return jax.pure_callback(function, structs, *args, vmap_method="expand_dims")
+    return _bind(PRIMITIVE, function, structs, *args)
 
 
 __all__ = ["host_call", "PRIMITIVE"]
