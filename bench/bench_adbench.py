@@ -57,6 +57,7 @@ sys.path.insert(0, str(ROOT / "examples"))
 
 import bundle_adjustment as ba  # noqa: E402
 import gmm  # noqa: E402
+from common import best_cpu_time as best_time  # noqa: E402
 from common import optional_jax, optional_torch  # noqa: E402
 
 import symgrad as sg  # noqa: E402
@@ -68,18 +69,6 @@ jax, jnp = optional_jax(x64=True)
 BA_SIZES = {"ba1": (49, 7776, 31843), "ba2": (21, 11315, 36455)}
 GMM_SIZES = [(d, K) for d in (2, 10, 64) for K in (5, 25)]
 GMM_N = 10_000
-
-
-def best_time(fn, repeats: int) -> float:
-    """CPU seconds (``process_time``: all of the process's threads, none of the time it waits for a CPU)
-    of one call, the best of ``repeats`` after a warm-up call."""
-    fn()
-    best = float("inf")
-    for _ in range(repeats):
-        start = time.process_time()
-        fn()
-        best = min(best, time.process_time() - start)
-    return best
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -21,7 +21,6 @@ import argparse  # noqa: E402
 import json  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
-import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -33,26 +32,12 @@ sys.path.insert(0, str(ROOT / "examples"))
 sys.path.insert(1, str(ROOT / "bench"))
 
 import numpy as np  # noqa: E402
-from common import optional_jax, optional_torch  # noqa: E402
+from common import best_cpu_time, optional_jax, optional_torch  # noqa: E402
 
 import symgrad as sg  # noqa: E402
 
 N = 32768
 HIDDEN, INPUT = 2, 2
-
-
-def best_time(fn, repeats: int, batch: int = 5) -> float:
-    """CPU seconds per call (``process_time``: every thread of the process, none of the time spent waiting
-    for a CPU, so other load on a shared machine does not inflate it): the best of ``repeats`` batches of
-    ``batch`` calls, after a warm-up call."""
-    fn()
-    best = float("inf")
-    for _ in range(repeats):
-        start = time.process_time()
-        for _ in range(batch):
-            fn()
-        best = min(best, (time.process_time() - start) / batch)
-    return best
 
 
 @sg.function
@@ -121,7 +106,7 @@ def symgrad_times(repeats: int) -> dict[str, float]:
         for dtype in (np.float64, np.float32):
             typed = [a.astype(dtype) for a in args]
             out = tuple(np.empty_like(r) for r in fn.value_and_jacobian(*typed))
-            t = best_time(lambda: fn.value_and_jacobian(*typed, out=out), repeats)
+            t = best_cpu_time(lambda: fn.value_and_jacobian(*typed, out=out), repeats, batch=5)
             times[f"{name}|{np.dtype(dtype).name}"] = t / N * 1e9
     return times
 
@@ -165,7 +150,7 @@ def framework_times(repeats: int) -> dict[str, dict[str, float]]:
             both = jax.jit(jax.vmap(lambda *a, f=f, n=argnums: (f(*a), jax.jacfwd(f, argnums=n)(*a))))
             for dtype in (np.float64, np.float32):
                 typed = [jnp.asarray(a.astype(dtype)) for a in args]
-                t = best_time(lambda: jax.block_until_ready(both(*typed)), repeats)
+                t = best_cpu_time(lambda: jax.block_until_ready(both(*typed)), repeats, batch=5)
                 out["JAX"][f"{name}|{np.dtype(dtype).name}"] = t / N * 1e9
     if torch is not None:
         import types
@@ -188,7 +173,7 @@ def framework_times(repeats: int) -> dict[str, dict[str, float]]:
             both = vmap(lambda *a, f=f, n=argnums: (f(*a), jacrev(f, argnums=n)(*a)))
             for dtype in (np.float64, np.float32):
                 typed = [torch.from_numpy(a.astype(dtype)) for a in args]
-                t = best_time(lambda: both(*typed), repeats)
+                t = best_cpu_time(lambda: both(*typed), repeats, batch=5)
                 out["PyTorch"][f"{name}|{np.dtype(dtype).name}"] = t / N * 1e9
     return out
 

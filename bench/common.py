@@ -29,6 +29,20 @@ def best_time(fn: Callable[[], object], repeats: int, budget: float = 0.05) -> f
     return best
 
 
+def best_cpu_time(fn: Callable[[], object], repeats: int, batch: int = 1) -> float:
+    """CPU seconds per call (``process_time``: every thread of the process, none of the time spent waiting
+    for a CPU, so other load on a shared machine does not inflate it): the best of ``repeats`` batches of
+    ``batch`` calls, after a warm-up call."""
+    fn()
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.process_time()
+        for _ in range(batch):
+            fn()
+        best = min(best, (time.process_time() - start) / batch)
+    return best
+
+
 def optional_torch(threads: int | None = None):
     """The torch module, or None when it is not installed (the table then has no PyTorch column)."""
     try:
