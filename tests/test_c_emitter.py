@@ -798,19 +798,10 @@ def test_vector_argument_loops_vectorize(tmp_path, strided_kernels):
     assert "SG_OPAQUE" not in CEmitter().emit_program(kernels_of(scale3)[0], light, F64)
 
 
-@pytest.mark.slow
-@pytest.mark.skipif(GCC is None, reason="no C compiler")
-def test_hidden_widths_round_as_the_scalar_loop(tmp_path, strided_kernels):
-    """Vectorizing over rows reorders no arithmetic (no -ffast-math, no contraction): the vectorized
-    kernel's results are bit for bit those of the same C built without optimization, for every row count
-    around the vector length (the scalar tail) and in both dtypes."""
+def _vector_and_scalar_libs(tc, text, tmp_path) -> dict:
+    """C ``text`` built with the build's flags (strict warnings on) and without optimization, loaded."""
     import ctypes
 
-    tc = build_c.toolchain()
-    kernel = strided_kernels[1]
-    program = kernel.program("value_and_jacobian")
-    assert hidden_widths(program) == {5, 10}  # rows p and q, and the 1 x 10 Jacobian
-    text = CEmitter().emit_module([kernel], emitters.ModelInfo("m.py", "test"))
     src = tmp_path / "k.c"
     src.write_text(text)
     strict = [
@@ -831,22 +822,83 @@ def test_hidden_widths_round_as_the_scalar_loop(tmp_path, strided_kernels):
         )
         assert r.returncode == 0, r.stderr
         libs[name] = ctypes.CDLL(str(so))
-    assert _vectorized_functions(tc, text, tmp_path)["rational5__value_and_jacobian_f64"] >= 1
-    rng = np.random.default_rng(11)
+    return libs
+
+
+def _assert_rounds_as_the_scalar_loop(libs, kernel, program, make_inputs) -> None:
+    """Every dtype and row count around the vector length (the scalar tail): the vectorized kernel's
+    results are bit for bit the unoptimized build's (``make_inputs(n, dtype)``: the input arrays)."""
+    import ctypes
+
     for dtype in DTYPES:
         np_dtype = np.float64 if dtype.suffix == "f64" else np.float32
         for n in (1, 3, 4, 7, 8, 9, 17, 33, 257):
-            ins = [rng.normal(size=(n, 5)).astype(np_dtype) for _ in range(2)]
+            ins = make_inputs(n, np_dtype)
             results = {}
             for name, lib in libs.items():
                 outs = [np.full((n, *s.shape), np.nan, np_dtype) for s in program.outputs]
-                pointers = (ctypes.c_void_p * 4)(*[a.ctypes.data for a in (*ins, *outs)])
+                arrays = [*ins, *outs]
+                pointers = (ctypes.c_void_p * len(arrays))(*[a.ctypes.data for a in arrays])
                 getattr(lib, abi.pointer_entry(kernel.name, program.name, dtype.suffix))(
                     ctypes.c_int64(n), pointers
                 )
                 results[name] = outs
             for v, s in zip(results["vector"], results["scalar"]):
                 assert np.isfinite(v).all() and v.tobytes() == s.tobytes(), (dtype.suffix, n)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(GCC is None, reason="no C compiler")
+def test_hidden_widths_round_as_the_scalar_loop(tmp_path, strided_kernels):
+    """Vectorizing over rows reorders no arithmetic (no -ffast-math, no contraction): the vectorized
+    kernel's results are bit for bit those of the same C built without optimization."""
+    tc = build_c.toolchain()
+    kernel = strided_kernels[1]
+    program = kernel.program("value_and_jacobian")
+    assert hidden_widths(program) == {5, 10}  # rows p and q, and the 1 x 10 Jacobian
+    text = CEmitter().emit_module([kernel], emitters.ModelInfo("m.py", "test"))
+    libs = _vector_and_scalar_libs(tc, text, tmp_path)
+    assert _vectorized_functions(tc, text, tmp_path)["rational5__value_and_jacobian_f64"] >= 1
+    rng = np.random.default_rng(11)
+    _assert_rounds_as_the_scalar_loop(
+        libs, kernel, program, lambda n, dt: [rng.normal(size=(n, 5)).astype(dt) for _ in range(2)]
+    )
+
+
+def spring2d(x: fe.Vector(4), rest, k):
+    """A 2-D spring's energy (bench_hessian.py's): a 4 x 4 Hessian per row, entries behind selects."""
+    return k / 2 * (fe.sqrt((x[2] - x[0]) ** 2 + (x[3] - x[1]) ** 2) - rest) ** 2
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(GCC is None, reason="no C compiler")
+def test_four_by_four_hessian_loop_vectorizes(tmp_path):
+    """A 4 x 4 Hessian (rows of 16 values, a width gcc vectorizes as a group) is stored after its last value
+    is computed: stored as computed, gcc sank the stores into the guard's branches as masked stores and left
+    the loop scalar ("not consecutive access .MASK_STORE"), 2x slower (docs/performance.md). Vectorized, it
+    rounds as the scalar loop, the guarded rows (zero length) included."""
+    tc = build_c.toolchain()
+    if tc.libmvec < 2:
+        pytest.skip("no libmvec (glibc >= 2.35) here")
+    kernel = compile_spec(fe.function(nondiff=("rest", "k"), uniform=("k",))(spring2d).trace())
+    program = kernel.program("value_jacobian_hessian")
+    assert [s.size for s in program.outputs] == [1, 4, 16] and hidden_widths(program) == set()
+    body = CEmitter().emit_program(kernel, program, F64).split("SG_SIMD", 1)[1].split("\n    }\n")[0]
+    lines = [line.strip() for line in body.splitlines()]
+    stores = [k for k, line in enumerate(lines) if re.fullmatch(r"hessian\[i\*16 \+ \d+\] = \w+;", line)]
+    assert len(stores) == 16 and min(stores) > max(k for k, t in enumerate(lines) if t.startswith("const "))
+    text = CEmitter().emit_module([kernel], emitters.ModelInfo("m.py", "test"))
+    vectorized = _vectorized_functions(tc, text, tmp_path)
+    for dtype in DTYPES:
+        assert vectorized.get(f"spring2d__value_jacobian_hessian_{dtype.suffix}", 0) >= 1, dtype.suffix
+    rng = np.random.default_rng(12)
+
+    def inputs(n, dt):
+        x = rng.normal(size=(n, 4))
+        x[::3, 2:] = x[::3, :2]  # zero length: the guarded branch
+        return [x.astype(dt), rng.uniform(0.5, 1.5, n).astype(dt), np.array(50.0, dt)]
+
+    _assert_rounds_as_the_scalar_loop(_vector_and_scalar_libs(tc, text, tmp_path), kernel, program, inputs)
 
 
 def _ba_rows(n, rng, dtype):

@@ -98,7 +98,7 @@ def _statements(
 ) -> list[tuple[str, bool]]:
     """The loop body for row ``row`` (``i`` or ``j``), locals named by ``local`` (comments only on ``i``),
     component ``k`` of a slot at ``access(slot, k, row)``: (statement, whether it loads or stores an array
-    element). Slots of a few values per row that gcc vectorizes as an interleaved group (``grouped``) are
+    element). Slots of a row width gcc vectorizes as a group (``grouped``: 2 to 16 values) are
     stored at the end of the body: gcc may move an earlier store into the branches of a later
     select, and a masked store to a group stops the loop from vectorizing ("unsupported access type for
     masked store"); the values of wider slots are stored as computed (kept to the end, they cost spills)."""
