@@ -30,11 +30,20 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from common import best_time, optional_jax, optional_torch  # noqa: E402
 
+# what symgrad sets when its C kernels load first: here torch loads libgomp (which the kernels then share)
+# before them, and libgomp reads the policy once, at load. Spinning threads on the shared 2-core machine
+# made the two-thread softplus (N=1e6) 3-8x slower than one thread.
+os.environ.setdefault("OMP_WAIT_POLICY", "passive")
+
 import symgrad as sg  # noqa: E402
 from symgrad.backends import c as c_backend  # noqa: E402
 from symgrad.backends.c import cffi_build as build_c  # noqa: E402
 
-torch = optional_torch(threads=1)
+#: PyTorch's threads, set again before each torch timing: torch's wheel ships libgomp.so.1, which the C
+#: kernels then share, so ``c_backend.set_num_threads(2)`` also gave torch two threads (its softplus at
+#: N=1e6 ran ~2x faster than the "1 thread" the table states, and halved the speedups).
+TORCH_THREADS = 1
+torch = optional_torch(threads=TORCH_THREADS)
 jax, jnp = optional_jax(x64=True)
 
 SQRT_2_PI = math.sqrt(2 / math.pi)
@@ -189,6 +198,12 @@ def triad_gbps(n: int, min_time: float, repeats: int) -> float:
     return 24 * n / t / 1e9
 
 
+def quiet_time(fn, repeats: int, min_time: float) -> float:
+    """``best_time`` over 20x as many batches, each 1/20 as long (same total time): on a shared machine, the
+    best of many short batches finds moments when every core is free, which the two-thread times need."""
+    return best_time(fn, 20 * repeats, min_time / 20)
+
+
 def inputs(n: int, n_args: int, dtype, rng) -> list[np.ndarray]:
     return [rng.normal(scale=2.0, size=n).astype(dtype) for _ in range(n_args + 1)]  # args, then cotangent
 
@@ -214,15 +229,15 @@ def run_case(name, fn, hand, n_args, dtype, sizes, min_time, repeats, rng):
         arrays = inputs(n, n_args, dtype, rng)
         times = {}
         sg.set_backend("numpy")
-        times["sg-numpy"] = best_time(lambda: fn.value_and_vjp(*arrays), repeats, min_time)
+        times["sg-numpy"] = quiet_time(lambda: fn.value_and_vjp(*arrays), repeats, min_time)
         sym_np = fn.value_and_vjp(*arrays)
         sg.set_backend("c")
         check(name, fn.value_and_vjp(*arrays), hand(*arrays), dtype)
         check(name, sym_np, hand(*arrays), dtype)
         for threads in (1, 2):
             c_backend.set_num_threads(threads)
-            times[f"sg-c {threads}t"] = best_time(lambda: fn.value_and_vjp(*arrays), repeats, min_time)
-        times["hand-numpy"] = best_time(lambda: hand(*arrays), repeats, min_time)
+            times[f"sg-c {threads}t"] = quiet_time(lambda: fn.value_and_vjp(*arrays), repeats, min_time)
+        times["hand-numpy"] = quiet_time(lambda: hand(*arrays), repeats, min_time)
         if torch_f is not None:
 
             def torch_call():
@@ -231,10 +246,11 @@ def run_case(name, fn, hand, n_args, dtype, sizes, min_time, repeats, rng):
                 out.backward(torch.from_numpy(arrays[-1]))
                 return out.detach(), [t.grad for t in ts]
 
-            times["torch"] = best_time(torch_call, repeats, min_time)
+            torch.set_num_threads(TORCH_THREADS)  # (shared with the C kernels' OpenMP)
+            times["torch"] = quiet_time(torch_call, repeats, min_time)
         if jax_f is not None:
             jarrays = [jnp.asarray(a) for a in arrays]
-            times["jax"] = best_time(lambda: jax.block_until_ready(jax_f(*jarrays)), repeats, min_time)
+            times["jax"] = quiet_time(lambda: jax.block_until_ready(jax_f(*jarrays)), repeats, min_time)
         moved = (2 * n_args + 2) * n * np.dtype(dtype).itemsize  # args + cotangent in, value + grads out
         rows.append((n, times, moved / times["sg-c 1t"] / 1e9))
     return rows

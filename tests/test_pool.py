@@ -69,6 +69,25 @@ def test_a_dead_results_block_serves_the_next_result_of_its_size(c_blend):
     np.testing.assert_array_equal(second, third)
 
 
+@needs_pool
+def test_pooled_results_start_on_a_cache_line_whatever_malloc_returns():
+    """Blocks of odd sizes from the heap (after a large free raises glibc's mmap threshold) were only
+    16-byte aligned: half the 512-bit stores of a kernel then straddled two cache lines."""
+    gc.collect()
+    pool.release()
+    big = np.ones(pool.POOL_MIN)  # 2 MiB, mmapped; freeing it raises glibc's mmap threshold
+    del big
+    for dtype in (np.float64, np.float32):
+        arrays = [pool.empty((n, 3), np.dtype(dtype)) for n in range(LARGE, LARGE + 24)]
+        assert [a.ctypes.data % 64 for a in arrays] == [0] * len(arrays)
+        for a in arrays:
+            assert a.flags.c_contiguous and a.flags.writeable and a.nbytes == a.size * a.itemsize
+            a.fill(1.5)  # the whole view lies inside its block
+        assert all(float(a.sum()) == 1.5 * a.size for a in arrays)
+        del arrays
+    pool.release()
+
+
 def test_small_results_are_plain_numpy_arrays(c_blend):
     x = np.linspace(-1, 1, 100)
     assert c_blend(x, x).flags.owndata
