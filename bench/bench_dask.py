@@ -13,13 +13,17 @@ and every chunk of that length reads them, so the timings are the kernels' and t
 generation's (NumPy's random numbers or ``linspace`` cost a fifth to a third of the 28-op kernel).
 In-process: the same rows tiled to the whole batch, on every OpenMP thread ("-": it would not fit).
 
-Columns: wall ms; "chunk": one chunk's kernel plus the sums of its results in this process on one thread
-(as a chunk runs under Dask), wall and CPU ms; per-chunk overhead (issue 23: at most 10% at chunks of 4e6):
-(Dask time x workers - chunks x chunk time) / chunks, as a share of the chunk time, from wall times
-("wall") and from the workers' CPU times ("cpu": less moved than wall by other processes on the machine,
-though not unmoved); "use": the 2 workers' CPU time / (2 x wall), well below 100% when other processes
-hold the cores (then no 2w/1w ratio means anything); peak RSS: the largest worker's during the row's runs
-(VmHWM, reset before them). Target: 2 workers >= 1.7x faster than 1 on a quiet 2-core machine.
+Columns: wall ms; "t/ch": tasks per chunk as ``client.compute`` runs the graph (fused tasks count once;
+each costs the scheduler and the worker's event loop about a millisecond of CPU on this 2-core machine);
+"chunk": one chunk's kernel plus the sums of its results in this process on one thread (as a chunk runs
+under Dask, with the cotangent already filled out to the chunk's rows), wall and CPU ms; per-chunk overhead
+(issue 23: at most 10% at chunks of 4e6): (Dask time x workers - chunks x chunk time) / chunks, as a share
+of the chunk time, from wall times ("wall") and from the workers' CPU times ("cpu": less moved than wall by
+other processes on the machine, though not unmoved); "use": the 2 workers' CPU time / (2 x wall), well
+below 100% when other processes hold the cores (then no 2w/1w ratio means anything); "sched": CPU ms per
+chunk of this process (the scheduler and the client) during the 2-worker runs, taken from the same 2 cores;
+peak RSS: the largest worker's during the row's runs (VmHWM, reset before them: it includes the pool of
+result buffers, ``SYMGRAD_POOL_MB``). Target: 2 workers >= 1.7x faster than 1 on a quiet 2-core machine.
 Skips (exit 0) when Dask or distributed is not installed.
 """
 
@@ -50,6 +54,8 @@ from symgrad.backends.c import get_num_threads, set_num_threads  # noqa: E402
 try:
     import dask
     import dask.array as da
+    from dask._expr import FinalizeCompute
+    from dask.base import collections_to_expr
     from distributed import Client, LocalCluster
 except ImportError:
     dask = None
@@ -125,14 +131,20 @@ def _inputs(kind: str, rows: int, chunk: int) -> tuple:
     )
 
 
-def _cotangent(fn) -> tuple:
-    return tuple(np.ones(shape, F32) for shape in fn.out_shapes)
+def _cotangent(fn, rows: int | None = None) -> tuple:
+    """One number per output element, by value; with ``rows``, already filled out to ``rows`` rows, as a
+    chunk's task reads it (made once per process, ``symgrad.interop.dask._filled``): the in-memory path
+    would fill a fresh copy per call (page faults: +10% of a 28-op chunk), which no Dask chunk pays."""
+    if rows is None:
+        return tuple(np.ones(shape, F32) for shape in fn.out_shapes)
+    return tuple(np.ones((rows, *shape), F32) for shape in fn.out_shapes)
 
 
 def _sums(outs, grads) -> list:
-    return [o.sum() for o in (outs if isinstance(outs, tuple) else (outs,))] + [
-        g.sum() for g in grads if g is not None
-    ]
+    """Each result summed, in a tree of up to 32 chunks' sums a task: Dask's default of 4 a task for 2-d
+    arrays makes about 3 small tasks per chunk for BA's 4 results."""
+    results = [*(outs if isinstance(outs, tuple) else (outs,)), *(g for g in grads if g is not None)]
+    return [r.sum(split_every=32) for r in results]
 
 
 def _cpu() -> float:
@@ -154,32 +166,42 @@ def _peak_mb() -> float:
 def _cluster(workers: int):
     paths = [str(HERE), str(HERE.parent), os.environ.get("PYTHONPATH", "")]
     os.environ["PYTHONPATH"] = os.pathsep.join(paths)  # the workers import this module (``piece``)
-    logging.getLogger("distributed").setLevel(logging.ERROR)  # (silence_logs restores the level on close)
+    # CRITICAL: on a loaded machine a worker's heartbeat can race the scheduler's close and log an ERROR; a
+    # failing task still raises in ``gather`` (silence_logs restores the level on close)
+    logging.getLogger("distributed").setLevel(logging.CRITICAL)
     cluster = LocalCluster(
         n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=":0",
-        silence_logs=logging.ERROR,
+        silence_logs=logging.CRITICAL,
     )  # fmt: skip
     return cluster, Client(cluster)
 
 
-def _on_cluster(client, lazy: list, repeats: int) -> tuple[float, float, float]:
-    """(best wall s, mean workers' CPU s, largest worker peak RSS MB) of computing ``lazy`` on ``client``."""
+def _on_cluster(client, lazy: list, repeats: int) -> tuple[float, float, float, float]:
+    """(best wall s, mean workers' CPU s, mean CPU s of this process: the scheduler and the client, largest
+    worker peak RSS MB) of computing ``lazy`` on ``client``."""
     if repeats > 1:
         client.gather(client.compute(lazy))  # warm: the workers make their rows (a one-off, like reading)
     client.run(_reset_peak)
-    best, cpu = float("inf"), 0.0
+    best, cpu, here = float("inf"), 0.0, 0.0
     for _ in range(repeats):
-        before = client.run(_cpu)
+        before, here_before = client.run(_cpu), _cpu()
         start = time.perf_counter()
         client.gather(client.compute(lazy))
         best = min(best, time.perf_counter() - start)
+        here += _cpu() - here_before
         cpu += sum(client.run(_cpu).values()) - sum(before.values())
-    return best, cpu / repeats, max(client.run(_peak_mb).values())
+    return best, cpu / repeats, here / repeats, max(client.run(_peak_mb).values())
+
+
+def _tasks(lazy: list) -> int:
+    """The number of tasks ``client.compute(lazy)`` runs (the graph optimized as ``distributed`` does: fused
+    tasks count once)."""
+    return len(FinalizeCompute(collections_to_expr(lazy)).optimize().__dask_graph__())
 
 
 def _chunk_times(fn, kind: str, chunk: int) -> tuple[float, float]:
     """(wall s, CPU s) of one chunk's kernel and sums in this process, on one OpenMP thread."""
-    args, cot = block(kind, chunk), _cotangent(fn)
+    args, cot = block(kind, chunk), _cotangent(fn, chunk)
     threads = get_num_threads()  # (main loaded the kernels: before, this is 1 and setting it does nothing)
     set_num_threads(1)
     try:
@@ -206,7 +228,7 @@ def _in_process(fn, kind: str, rows: int, chunk: int) -> str:
     if rows * per_row > 6e9:
         return "-"
     args = [np.resize(a, (rows, *a.shape[1:])) for a in block(kind, min(rows, chunk))]
-    cot = _cotangent(fn)
+    cot = _cotangent(fn, rows)
     wall = best_time(lambda: [np.sum(r) for r in _flat(fn.value_and_vjp(*args, *cot))], 1, 0.1)
     return f"{wall * 1e3:.1f}"
 
@@ -224,28 +246,30 @@ def _row(name: str, fn, rows: int, chunk: int, clients: dict) -> str:
         dask.compute(*lazy, scheduler="threads", num_workers=2)
         threads = min(threads, time.perf_counter() - start)
     runs = {k: _on_cluster(client, lazy, repeats) for k, client in clients.items()}
-    (w1, c1, r1), (w2, c2, r2) = runs[1], runs[2]
-    wall_o = [(w * k / n_chunks - chunk_wall) / chunk_wall for k, (w, _, _) in runs.items()]
+    (w1, c1, _, r1), (w2, c2, s2, r2) = runs[1], runs[2]
+    wall_o = [(w * k / n_chunks - chunk_wall) / chunk_wall for k, (w, *_) in runs.items()]
     cpu_o = [(c / n_chunks - chunk_cpu) / chunk_cpu for c in (c1, c2)]
     return (
-        f"{name:>6} | {rows:>7.2g} | {n_chunks:>3} | {in_process:>8} | {threads * 1e3:>8.1f} | "
+        f"{name:>6} | {rows:>7.2g} | {n_chunks:>3} | {_tasks(lazy) / n_chunks:>4.1f} | {in_process:>8} | "
+        f"{threads * 1e3:>8.1f} | "
         f"{w1 * 1e3:>8.1f} | {w2 * 1e3:>8.1f} | {w1 / w2:>5.2f}x | "
         f"{chunk_wall * 1e3:>6.1f} {chunk_cpu * 1e3:>6.1f} | "
         f"{wall_o[0]:>5.0%} {wall_o[1]:>5.0%} | {cpu_o[0]:>5.0%} {cpu_o[1]:>5.0%} | {c2 / (2 * w2):>4.0%} | "
+        f"{s2 / n_chunks * 1e3:>5.1f} | "
         f"{r1:>5.0f} {r2:>5.0f}"
     )
 
 
 HEADER = (
-    f"{'fn':>6} | {'rows':>7} | {'chk':>3} | {'in-proc':>8} | {'threads':>8} | {'1 worker':>8} | "
-    f"{'2 worker':>8} | {'2w/1w':>6} | {'chunk wall cpu':>13} | {'ovh wall 1w 2w':>11} | "
-    f"{'ovh cpu 1w 2w':>11} | {'use':>4} | {'RSS MB 1w 2w':>11}"
+    f"{'fn':>6} | {'rows':>7} | {'chk':>3} | {'t/ch':>4} | {'in-proc':>8} | {'threads':>8} | "
+    f"{'1 worker':>8} | {'2 worker':>8} | {'2w/1w':>6} | {'chunk wall cpu':>13} | {'ovh wall 1w 2w':>11} | "
+    f"{'ovh cpu 1w 2w':>11} | {'use':>4} | {'sched':>5} | {'RSS MB 1w 2w':>11}"
 )
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="1e6 and 1.6e7 rows only")
+    parser.add_argument("--quick", action="store_true", help="4 and 10 chunks' rows only (1.6e7 and 4e7)")
     parser.add_argument("--max-rows", type=float, default=2e8)
     parser.add_argument("--chunk", type=float, default=4e6)
     parser.add_argument("--only", choices=sorted(TAILS), help="one function only")
@@ -254,7 +278,11 @@ def main(argv: list[str] | None = None) -> int:
         print("bench_dask: dask[array] and distributed are not installed; skipped")
         return 0
     chunk = int(args.chunk)
-    sizes = [int(n) for n in ((1e6, 1.6e7) if args.quick else (1e6, 1e7, 1e8, 2e8)) if n <= args.max_rows]
+    quick = (
+        4 * chunk,
+        10 * chunk,
+    )  # one chunk would time the graph's submission and gathering, not a chunk's
+    sizes = [int(n) for n in (quick if args.quick else (1e6, 1e7, 1e8, 2e8)) if n <= args.max_rows]
     functions = [(name, FUNCTIONS[name]()) for name in FUNCTIONS if args.only in (None, name)]
     for _, fn in functions:
         fn.backend  # loads the C kernels: the OpenMP thread count is theirs

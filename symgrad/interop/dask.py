@@ -23,7 +23,13 @@ OpenMP: Dask already runs one task per core, so a chunk's kernel runs on one thr
 symgrad's setting as it is. It applies to graphs built afterwards (the count travels with the graph to
 the workers). Functions travel to worker processes as small references (``symgrad.compiled.reference``).
 A worker holds a few chunks' results at once: where they pass the C backend's pool of result buffers
-(``SYMGRAD_POOL_MB``, 256 by default), each chunk page-faults its results in afresh; raise it on workers.
+(``SYMGRAD_POOL_MB``, 256 by default), each chunk page-faults its results in afresh; raise it on workers
+(bundle adjustment, 4e6-row chunks: 272 MB of results a chunk, +50% CPU a chunk at the default).
+
+Tasks: the tasks that make a chunk's arguments (``map_blocks``, elementwise steps) fuse into its kernel's
+task; each result a graph reads from it is a task more per chunk (with what reduces it there, e.g. the
+chunk's ``sum``). A task costs a ``distributed`` scheduler and worker a millisecond or more of CPU: size the
+chunks so that a kernel takes tens of milliseconds or more.
 """
 
 from __future__ import annotations
@@ -139,7 +145,6 @@ class _Chunk:
             values[k] = _filled(values[k], batch + self.tails[k], dtype)
 
     def __call__(self, *blocks: Any) -> tuple:
-        blocks = tuple(map(_only, blocks))
         values = list(self.values)
         for k, block in zip(self.arrays, blocks):
             values[k] = block
@@ -165,16 +170,16 @@ class _Chunk:
         )
 
 
-def _only(block: Any) -> np.ndarray:
-    """An argument's block: ``blockwise`` lists the blocks along per-element axes (one, after the rechunk);
-    its ``concatenate=True`` would copy even a single block (a copy of every vector argument per chunk)."""
-    while isinstance(block, list):
-        (block,) = block
-    return block
-
-
-def _pick(results: tuple, k: int) -> np.ndarray:
+def _pick(results: Any, k: int) -> np.ndarray:
+    """Result ``k`` of a chunk's results. ``blockwise`` lists them along the arguments' per-element axes
+    (one block each), which the results' own axes replace."""
+    while isinstance(results, list):
+        (results,) = results
     return results[k]
+
+
+#: the ``blockwise`` index of axis ``a`` of argument ``k``'s per-element axes: ``_TAIL * (k + 1) + a``
+_TAIL = 1000
 
 
 def _sample(value: Any, tail: tuple) -> Any:
@@ -197,47 +202,53 @@ def _lazy(fn: Any, run: Any, option: Any, values: tuple, tails: tuple, names: tu
     batches = {k: values[k].shape[: values[k].ndim - len(tails[k])] for k in batched}
     batch = broadcast_batches(fn.name, [names[k] for k in batched], list(batches.values()))
     rank = len(batch)
-    inds, pairs = tuple(range(rank)), []
+    inds, pairs, own_tails = tuple(range(rank)), [], ()
     for k in batched:
         v, tail = da.asarray(values[k]), tails[k]
         v = v.rechunk({a: -1 for a in range(v.ndim - len(tail), v.ndim)}) if tail else v
-        own = tuple(range(rank - len(batches[k]), rank)) + tuple(1000 * (k + 1) + a for a in range(len(tail)))
-        pairs += [v, own]
+        own_tail = tuple(_TAIL * (k + 1) + a for a in range(len(tail)))
+        pairs += [v, tuple(range(rank - len(batches[k]), rank)) + own_tail]
+        own_tails += own_tail
     n_grads = len(samples) - n_full
     shapes = {n_full + a: rank + len(tails[a]) for a in range(n_grads)}  # gradients' full ranks
     rest = tuple(None if k in batched else v for k, v in enumerate(values))
     chunk = _Chunk(fn, run, option, rest, tuple(batched), shapes, tails)
     token = f"{fn.name}-{run.__name__.strip('_')}"
-    results = da.blockwise(
-        chunk, inds, *pairs, token=token, concatenate=False, meta=np.empty((0,) * rank, object)
-    )
-    lazy = [_result(results, r, sample, rank, token) for r, sample in enumerate(samples[:n_full])]
-    for a, sample in enumerate(samples[n_full:]):
-        grad = None if sample is None else _gradient(results, n_full + a, sample, values[a], tails[a], token)
-        lazy.append(grad)
-    return tuple(lazy)
+    # the chunks' results keep the arguments' per-element axes: a blockwise layer that drops an index
+    # (a contraction) is where Dask stops fusing, and the tasks that make the arguments' chunks would each
+    # be a task of their own (``dask.blockwise.optimize_blockwise``)
+    carrier = inds + own_tails
+    results = da.blockwise(chunk, carrier, *pairs, token=token, meta=np.empty((0,) * len(carrier), object))
+    lazy = [_result(results, r, sample, carrier, rank, token) for r, sample in enumerate(samples[:n_full])]
+    grads = [
+        None if s is None else _gradient(results, n_full + a, s, values[a], tails[a], carrier, token)
+        for a, s in enumerate(samples[n_full:])
+    ]
+    return tuple(lazy + grads)
 
 
-def _result(results: da.Array, r: int, sample: np.ndarray, rank: int, token: str) -> da.Array:
+def _result(results: da.Array, r: int, sample: np.ndarray, carrier: tuple, rank: int, token: str) -> da.Array:
     """Result ``r`` of every chunk, with the batch shape and its trailing axes in one chunk."""
     tail = sample.shape[rank:]
     new = {rank + a: n for a, n in enumerate(tail)}
     inds = tuple(range(rank))
     return da.blockwise(
-        _pick, inds + tuple(new), results, inds, r, None, new_axes=new, dtype=sample.dtype,
+        _pick, inds + tuple(new), results, carrier, r, None, new_axes=new, dtype=sample.dtype,
         meta=np.empty((0,) * (rank + len(tail)), sample.dtype), token=f"{token}-{r}",
     )  # fmt: skip
 
 
-def _gradient(results: da.Array, r: int, sample: np.ndarray, arg: Any, tail: tuple, token: str) -> da.Array:
+def _gradient(
+    results: da.Array, r: int, sample: np.ndarray, arg: Any, tail: tuple, carrier: tuple, token: str
+) -> da.Array:
     """The gradient of an argument: each chunk's (summed to the argument's chunk), summed over the chunks
     along the axes the argument was broadcast along, in the argument's shape."""
-    shape, rank = tuple(np.shape(arg)), results.ndim
+    shape, rank = tuple(np.shape(arg)), sum(i < _TAIL for i in carrier)
     full = (1,) * (rank - len(shape) + len(tail)) + shape[: len(shape) - len(tail)]
     new = {rank + a: n for a, n in enumerate(tail)}
     inds = tuple(range(rank))
     g = da.blockwise(
-        _pick, inds + tuple(new), results, inds, r, None, new_axes=new, dtype=sample.dtype,
+        _pick, inds + tuple(new), results, carrier, r, None, new_axes=new, dtype=sample.dtype,
         adjust_chunks={a: 1 for a in range(rank) if full[a] == 1},
         meta=np.empty((0,) * (rank + len(tail)), sample.dtype), token=f"{token}-{r}",
     )  # fmt: skip
