@@ -1,26 +1,39 @@
 """Runtime overhead and MLP training speed, against hand-written NumPy and PyTorch eager when installed.
 
-    python bench/bench_runtime.py [--steps 300] [--repeat 3]
+    python bench/bench_runtime.py [--steps 300] [--repeat 3] [--tape-only] [--baseline /path/to/checkout]
 
 1. The tape table, float64 and float32, 10-element tensors, forward + backward, symgrad vs PyTorch eager in
-   interleaved rounds: one op alone (``x * y``, ``sin(x)``, ``x + 1``: backward's fixed cost included), a
-   chain of 20 ops per op, the same 20-op formula as one compiled ``@sg.function`` node, and the chain with
-   bare NumPy stand-in kernels (the tape's own cost, without the compiled-function boundary).
+   interleaved rounds, CPU time (``process_time``: what other load on a shared machine does not add to):
+   every elementwise op kind alone (each unary math method, each binary operator on same-shape tensors and
+   broadcast against a (1,) or (3, 10) tensor, a Python number; backward's fixed cost included, seeded with
+   ones), ``sin(x).sum().backward()``, a chain of 20 ops per op, the same 20-op formula as one compiled
+   ``@sg.function`` node, and the chain with bare NumPy stand-in kernels (the tape's own cost).
+   ``--baseline PATH``: the symgrad column of another checkout too (before/after), each measured in child
+   processes that alternate with this checkout's, best of ``--rounds`` each.
 2. Time per 60k-sample epoch of a 784-128-10 MLP (float32, ReLU, cross-entropy, Adam) at batch 32 and 256,
    extrapolated from ``--steps`` steps on synthetic data: symgrad vs hand-written NumPy vs PyTorch eager.
-Targets: <= 5 us per runtime op in the chain (fwd + bwd), <= 10 us per compiled node; MLP epoch within
-1.2x of hand-written NumPy.
+Targets: <= 5 us per runtime op (fwd + bwd), <= 10 us per compiled node; MLP epoch within 1.2x of
+hand-written NumPy.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import math
+import subprocess
+import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
+
+if "--root" in sys.argv:  # a --baseline child measuring another checkout: its packages, not common's
+    sys.path.insert(0, sys.argv[sys.argv.index("--root") + 1])
+    import emitters  # noqa: F401
+    import symgrad  # noqa: F401
 
 import numpy as np
-from common import chain20, formula, optional_torch  # first: puts the checkout on sys.path
+from common import chain20, formula, optional_torch  # puts this checkout on sys.path (unless --root)
 
 import symgrad as sg
 from symgrad.runtime import elementwise
@@ -44,6 +57,9 @@ class _BareKernel:
     def forward(self, *args):
         return (self._forward(*args),)
 
+    def run_same_shape(self, program, arrays):
+        return None  # (always through ``forward``)
+
     def vjp(self, *args, needs_input_grad=None):
         return self._vjp(*args)
 
@@ -54,13 +70,41 @@ BARE = {
     "sin": _BareKernel("sin", np.sin, lambda x, g: (g * np.cos(x),)),
 }
 
-
 CHAIN, NODE = "chain op (20-op formula / 20)", "20-op formula as one node (torch: 20 ops)"
+UNARY = (
+    "exp",
+    "log",
+    "log1p",
+    "expm1",
+    "sqrt",
+    "sin",
+    "cos",
+    "tan",
+    "tanh",
+    "sigmoid",
+    "relu",
+    "softplus",
+    "abs",
+    "neg",
+    "square",
+    "reciprocal",
+    "sign",
+)
+BINARY = {
+    "+": lambda a, b: a + b,
+    "-": lambda a, b: a - b,
+    "*": lambda a, b: a * b,
+    "/": lambda a, b: a / b,
+    "**": lambda a, b: a**b,
+    "maximum": lambda a, b: a.maximum(b) if isinstance(a, sg.Tensor) else torch.maximum(a, b),
+    "minimum": lambda a, b: a.minimum(b) if isinstance(a, sg.Tensor) else torch.minimum(a, b),
+}
 
 
-def _interleaved(cases: dict[str, Callable[[], object]], repeat: int) -> dict[str, float]:
-    """Seconds per call of each case: the best of ``repeat`` rounds that run every case once in turn, so
+def _interleaved(cases: dict, repeat: int) -> dict:
+    """CPU seconds per call of each case: the best of ``repeat`` rounds that run every case once in turn, so
     that a busy machine slows every column alike (each batch ~2 ms, after two warm-up calls)."""
+    clock = time.process_time
     numbers = {}
     for name, fn in cases.items():
         fn()
@@ -70,27 +114,47 @@ def _interleaved(cases: dict[str, Callable[[], object]], repeat: int) -> dict[st
     best = dict.fromkeys(cases, math.inf)
     for _ in range(repeat):
         for name, fn in cases.items():
-            start = time.perf_counter()
+            start = clock()
             for _ in range(numbers[name]):
                 fn()
-            best[name] = min(best[name], (time.perf_counter() - start) / numbers[name])
+            best[name] = min(best[name], (clock() - start) / numbers[name])
     return best
 
 
-def _tape_cases(x: object, y: object, seed: object, sin: Callable) -> dict[str, Callable[[], object]]:
-    """The tape table's cases for one library (symgrad or torch) on tensors ``x``, ``y`` requiring grad."""
-    return {
-        "x * y": lambda: (x * y).backward(seed),
-        "sin(x)": lambda: sin(x).backward(seed),
-        "x + 1": lambda: (x + 1).backward(seed),
-        CHAIN: lambda: formula(x, sin).backward(seed),
-    }
+def _unary(lib: object, name: str) -> Callable:
+    if lib is torch and name == "softplus":
+        return torch.nn.functional.softplus
+    return lambda t: getattr(t, name)()
 
 
-def bench_tape(repeat: int) -> list[tuple[str, float, float]]:
-    """(case, symgrad us, torch us) per case and dtype: one elementwise op forward + backward on 10-element
-    tensors (a lone op pays backward's fixed cost; the chain spreads it over 20 ops), the 20-op formula as
-    one compiled node, and the chain's ops with bare NumPy kernels (the tape's own cost)."""
+def _tape_cases(lib: object, x: object, w: object, seed: object) -> dict[str, Callable[[], object]]:
+    """The tape table's cases for one library (symgrad or torch) on 10-element tensors ``x``, ``w``
+    requiring grad (x in [0.1, 1], w in [1, 2]); ``seed``: ones."""
+    dtype = np.dtype(str(x.dtype).removeprefix("torch."))
+    w1 = lib.tensor(np.full(1, 1.5, dtype), requires_grad=True)
+    w3 = lib.tensor(np.linspace(1, 2, 30).reshape(3, 10).astype(dtype), requires_grad=True)
+    seed3 = lib.ones(3, 10, dtype=x.dtype)
+    cases = {}
+    for name in UNARY:
+        f = _unary(lib, name)
+        cases[f"{name}(x)"] = lambda f=f: f(x).backward(seed)
+    for sym, f in BINARY.items():
+        cases[f"x {sym} w"] = lambda f=f: f(x, w).backward(seed)
+    for sym, f in BINARY.items():
+        cases[f"x {sym} w(1,)"] = lambda f=f: f(x, w1).backward(seed)
+    cases["x + w(3,10)"] = lambda: (x + w3).backward(seed3)
+    cases["x * w(3,10)"] = lambda: (x * w3).backward(seed3)
+    cases["x * 2.0"] = lambda: (x * 2.0).backward(seed)
+    cases["x + 1"] = lambda: (x + 1).backward(seed)
+    cases["sin(x).sum().backward() (2 ops)"] = lambda: x.sin().sum().backward()
+    sin = sg.Tensor.sin if lib is sg else torch.sin
+    cases[CHAIN] = lambda: formula(x, sin).backward(seed)
+    return cases
+
+
+def bench_tape(repeat: int, with_torch: bool = True) -> list[tuple[str, float, float]]:
+    """(case, symgrad us, torch us) per case and dtype (``_tape_cases``, per op for the chain), then the
+    20-op formula as one compiled node and the chain's ops with bare NumPy kernels (the tape's own cost)."""
     rows = []
     node = chain20.compiled()
     compiled = elementwise.primitives()
@@ -98,12 +162,12 @@ def bench_tape(repeat: int) -> list[tuple[str, float, float]]:
         a, b = np.linspace(0.1, 1.0, 10, dtype=dtype), np.linspace(1.0, 2.0, 10, dtype=dtype)
         x, y = sg.tensor(a, requires_grad=True), sg.tensor(b, requires_grad=True)
         seed = sg.tensor(np.ones(10, dtype))
-        cases = {("sg", k): f for k, f in _tape_cases(x, y, seed, sg.Tensor.sin).items()}
+        cases = {("sg", k): f for k, f in _tape_cases(sg, x, y, seed).items()}
         cases["sg", NODE] = lambda: node(x).backward(seed)
-        if torch is not None:
+        if torch is not None and with_torch:
             tx, ty = torch.tensor(a, requires_grad=True), torch.tensor(b, requires_grad=True)
             tseed = torch.ones(10, dtype=tx.dtype)
-            cases.update({("torch", k): f for k, f in _tape_cases(tx, ty, tseed, torch.sin).items()})
+            cases.update({("torch", k): f for k, f in _tape_cases(torch, tx, ty, tseed).items()})
         best = _interleaved(cases, repeat)
         saved = {k: compiled[k] for k in BARE}
         compiled.update(BARE)
@@ -118,6 +182,28 @@ def bench_tape(repeat: int) -> list[tuple[str, float, float]]:
             rows.append((f"{name}, {np.dtype(dtype).name}", best["sg", name] * 1e6 / per, t * 1e6 / per))
         rows.append((f"chain op, bare NumPy kernels, {np.dtype(dtype).name}", bare * 1e6 / 20, math.nan))
     return rows
+
+
+def _child_rows(root: str | None, repeat: int) -> dict[str, float]:
+    """The symgrad column measured in a child process, for checkout ``root`` (this one when None)."""
+    cmd = [sys.executable, __file__, "--tape-json", "--repeat", str(repeat)]
+    out = subprocess.run(cmd + (["--root", root] if root else []), capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def print_baseline(baseline: str, rounds: int, repeat: int) -> None:
+    """Before/after: the symgrad column of checkout ``baseline`` and of this one, child processes in
+    alternation, best of ``rounds`` each (PyTorch's column from this process)."""
+    before: dict[str, float] = {}
+    after: dict[str, float] = {}
+    for _ in range(rounds):
+        for store, root in ((before, str(Path(baseline).resolve())), (after, None)):
+            for name, us in _child_rows(root, repeat).items():
+                store[name] = min(store.get(name, math.inf), us)
+    theirs = {name: t for name, _, t in bench_tape(repeat)}
+    print(f"{'tape: fwd + bwd, 10 elements, CPU us (best)':<52} {'before':>8} {'after':>8} {'torch':>8}")
+    for name, us in after.items():
+        print(f"{name:<52} {before.get(name, math.nan):>8.2f} {us:>8.2f} {theirs.get(name, math.nan):>8.2f}")
 
 
 # -- MLP --------------------------------------------------------------------------------------------------
@@ -233,18 +319,29 @@ def main() -> None:
     )
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--quick", action="store_true", help="100 MLP steps, 2 rounds")
+    parser.add_argument("--tape-only", action="store_true", help="the tape table only, no MLP")
+    parser.add_argument("--baseline", help="another checkout: its tape table beside this one's")
+    parser.add_argument("--rounds", type=int, default=3, help="child processes per checkout for --baseline")
+    parser.add_argument("--tape-json", action="store_true", help=argparse.SUPPRESS)  # a --baseline child
+    parser.add_argument("--root", help=argparse.SUPPRESS)  # (read before the imports)
     args = parser.parse_args()
     if args.quick:
         args.steps, args.repeat = 100, 2
-
+    if args.tape_json:
+        print(json.dumps({name: ours for name, ours, _ in bench_tape(max(args.repeat, 5), with_torch=False)}))
+        return
     print(
         f"backend: {sg.get_backend()}; torch: {torch.__version__ if torch is not None else 'not installed'}\n"
     )
-    print(
-        f"{'tape: fwd + bwd, 10 elements, us (best round)':<52} {'symgrad':>9} {'torch':>9} {'sg/torch':>9}"
-    )
-    for name, ours, theirs in bench_tape(max(args.repeat, 5)):
-        print(f"{name:<52} {ours:>9.2f} {theirs:>9.2f} {ours / theirs:>9.2f}")
+    if args.baseline:
+        print_baseline(args.baseline, args.rounds, max(args.repeat, 5))
+    else:
+        head = f"{'tape: fwd + bwd, 10 elements, CPU us (best)':<52}"
+        print(f"{head} {'symgrad':>9} {'torch':>9} {'sg/torch':>9}")
+        for name, ours, theirs in bench_tape(max(args.repeat, 5)):
+            print(f"{name:<52} {ours:>9.2f} {theirs:>9.2f} {ours / theirs:>9.2f}")
+    if args.tape_only:
+        return
     print(
         f"\n{'MLP 784-128-10, s per 60k epoch':<32} {'symgrad':>9} {'numpy':>9} {'torch':>9} "
         f"{'sg/numpy':>9} {'sg/torch':>9}"

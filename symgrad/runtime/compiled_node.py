@@ -2,9 +2,11 @@
 
 Two ways to record, with the same kernels:
 - per-element scalar functions with one output and one or two arguments (``fn.jacobian_saving``; the tape's
-  own primitives), called on same-shape arrays of one dtype, at most ``JACOBIAN_MAX`` elements: the forward
-  runs the fused ``value_and_jacobian`` kernel and the node saves J; backward is ``grad * J``, with no
-  second kernel call (on small tensors the call costs more than the arithmetic), as in the PyTorch interop.
+  own primitives), called on float arrays of one dtype (and Python numbers), at most ``JACOBIAN_MAX``
+  elements: the forward runs the fused ``value_and_jacobian`` kernel and the node saves J; backward is
+  ``grad * J``, with no second kernel call (on small tensors the call costs more than the arithmetic), as in
+  the PyTorch interop. Arrays whose shapes differ are expanded to their broadcast shape first (small copies)
+  and their gradients summed back to their shapes.
 - everything else: the forward kernel, and a node that saves the inputs; backward runs the vjp kernel and
   sums back to its input's shape only the gradients that a tracked input needs (None for a constant, and for
   a ``nondiff`` argument: a tensor passed there gets no gradient, as for a PyTorch Function whose backward
@@ -15,6 +17,7 @@ kernels (``compiled_backward``; the Jacobian-saving node saves its inputs too, f
 
 from __future__ import annotations
 
+from math import prod
 from typing import Any
 
 import numpy as np
@@ -44,12 +47,10 @@ def jacobian_node(fn: Any, args: tuple) -> Tensor | None:
     """The tape's hot path: the Jacobian-saving node of ``fn(*args)`` (the kernel straight after the
     checks) when grad mode is on, a tensor among ``args`` requires grad, and they fit (see the module
     docstring); else None."""
-    if not fn.jacobian_saving or not mode.enabled:
-        return None
     if len(args) == 2:
-        return _binary_jacobian_node(fn, args[0], args[1])
+        return binary_jacobian_node(fn, args[0], args[1])
     if len(args) == 1:
-        return _unary_jacobian_node(fn, args[0])
+        return unary_jacobian_node(fn, args[0])
     return None  # (a wrong argument count: ``forward``'s error)
 
 
@@ -68,7 +69,7 @@ def general_node(fn: Any, args: tuple) -> Tensor | tuple[Tensor, ...]:
             inputs.append(None)
             arrays.append(a)
     try:
-        outs = fn.forward(*arrays)
+        outs = _forward(fn, arrays)
     except (ArgumentError, ValueError):
         _check_broadcast(arrays)
         raise
@@ -83,77 +84,170 @@ def general_node(fn: Any, args: tuple) -> Tensor | tuple[Tensor, ...]:
     return tuple([_result(o, node, i) for i, o in enumerate(outs)])
 
 
-def _fits(fn: Any, array: Any, n_args: int) -> bool:
-    """Whether ``fn`` of ``n_args`` arguments may save its Jacobian for arguments of ``array``'s dtype and
-    shape: a float32/float64 array of at most ``JACOBIAN_MAX`` elements, no ``uniform`` argument."""
-    if type(array) is not np.ndarray:
-        return False
-    dtype = array.dtype
-    return (
-        (dtype is _F64 or dtype is _F32)
-        and array.size <= JACOBIAN_MAX
-        and len(fn.arg_names) == n_args
-        and not fn.uniform_at
-    )
+def _forward(fn: Any, arrays: list) -> tuple:
+    """``fn.forward(*arrays)``; straight to the kernel (``run_same_shape``) for float arrays of one dtype and
+    shape and numbers, and for two small float arrays of one dtype that broadcast (expanded first)."""
+    outs = fn.run_same_shape("forward", arrays)
+    if outs is not None:
+        return outs
+    if len(arrays) == 2:
+        a, b = arrays
+        if type(a) is np.ndarray and type(b) is np.ndarray and a.dtype is b.dtype:
+            shape = _broadcast_shape(a.shape, b.shape)
+            if shape is not None and prod(shape) <= JACOBIAN_MAX:
+                outs = fn.run_same_shape("forward", (_expanded(a, shape), _expanded(b, shape)))
+                if outs is not None:
+                    return outs
+    return fn.forward(*arrays)
 
 
-def _unary_jacobian_node(fn: Any, x: Any) -> Tensor | None:
-    """The Jacobian-saving node (see the module docstring) of ``fn(x)`` for a tensor ``x`` that requires
-    grad, else None."""
-    if not isinstance(x, Tensor) or not x._rg or not _fits(fn, x.data, 1):
+def unary_jacobian_node(fn: Any, x: Any) -> Tensor | None:
+    """The Jacobian-saving node (see the module docstring) of ``fn(x)`` for a float tensor ``x`` of at most
+    ``JACOBIAN_MAX`` elements that requires grad, when grad mode is on; else None."""
+    if not isinstance(x, Tensor) or not x._rg or not mode.enabled or not fn.jacobian_saving:
         return None
     a = x.data
-    out, jacobian = fn.kernel("value_and_jacobian", a.dtype)((a,), a.shape)  # J: batch + (1, 1)
+    if type(a) is not np.ndarray or len(fn.arg_names) != 1 or fn.uniform_at:
+        return None
+    dtype = a.dtype
+    if (dtype is not _F64 and dtype is not _F32) or a.size > JACOBIAN_MAX:
+        return None
+    out, jacobian = fn.kernel("value_and_jacobian", dtype)((a,), a.shape)  # J: batch + (1, 1)
     saved = (jacobian[..., 0, 0], a)  # J, then the input, for a second differentiation
-    return _result(
-        out, Node(_jacobian_backward, (x,), saved, fn, fn.backward_name, ((out.shape, out.dtype),))
-    )
+    return _result(out, Node(_jacobian_backward, (x,), saved, fn, fn.backward_name, ((out.shape, dtype),)))
 
 
-def _binary_jacobian_node(fn: Any, x: Any, y: Any) -> Tensor | None:
-    """The Jacobian-saving node of ``fn(x, y)`` when a tensor among them requires grad and they are arrays
-    of one dtype and shape, or Python numbers; else None."""
-    tx, ty = isinstance(x, Tensor), isinstance(y, Tensor)
-    a, ta = (x.data, x if x._rg else None) if tx else (x, None)
-    b, tb = (y.data, y if y._rg else None) if ty else (y, None)
-    if ta is None and tb is None:
+def binary_jacobian_node(fn: Any, x: Any, y: Any) -> Tensor | None:
+    """The Jacobian-saving node of ``fn(x, y)`` in grad mode when a tensor among them requires grad and they
+    are float arrays of one dtype (``_broadcast_node`` where their shapes differ), or an array and a Python
+    number; else None."""
+    if isinstance(x, Tensor):
+        a, ta = x.data, (x if x._rg else None)
+    else:
+        a, ta = x, None
+    if isinstance(y, Tensor):
+        b, tb = y.data, (y if y._rg else None)
+    else:
+        b, tb = y, None
+    if ta is None and tb is None or not mode.enabled or not fn.jacobian_saving:
+        return None
+    if len(fn.arg_names) != 2 or fn.uniform_at:
         return None
     if type(a) is np.ndarray:
         first = a
         if type(b) is np.ndarray:
-            if b.dtype is not a.dtype or b.shape != a.shape:
+            if b.dtype is not a.dtype:
                 return None
+            if b.shape != a.shape:
+                return _broadcast_node(fn, a, b, ta, tb)
         elif type(b) is not float and type(b) is not int:
             return None
-    elif type(a) is float or type(a) is int:
-        first = b  # (an array, or _fits refuses)
+    elif (type(a) is float or type(a) is int) and type(b) is np.ndarray:
+        first = b
     else:
         return None
-    if not _fits(fn, first, 2):
+    dtype = first.dtype
+    if (dtype is not _F64 and dtype is not _F32) or first.size > JACOBIAN_MAX:
         return None
-    out, jacobian = fn.kernel("value_and_jacobian", first.dtype)((a, b), first.shape)  # J: batch + (1, 2)
+    out, jacobian = fn.kernel("value_and_jacobian", dtype)((a, b), first.shape)  # J: batch + (1, 2)
+    return _binary_result(fn, out, jacobian, ta, tb, a, b, _jacobian_backward)
+
+
+def _broadcast_node(fn: Any, a: np.ndarray, b: np.ndarray, ta: Any, tb: Any) -> Tensor | None:
+    """The Jacobian-saving node of ``fn`` on arrays of one dtype whose shapes differ but broadcast, to at
+    most ``JACOBIAN_MAX`` elements (else None): they are expanded (small copies) before the kernel, and
+    their gradients summed back in backward."""
+    shape = _broadcast_shape(a.shape, b.shape)
+    dtype = a.dtype
+    if shape is None or (dtype is not _F64 and dtype is not _F32) or prod(shape) > JACOBIAN_MAX:
+        return None
+    args = (_expanded(a, shape), _expanded(b, shape))
+    out, jacobian = fn.kernel("value_and_jacobian", dtype)(args, shape)
+    return _binary_result(fn, out, jacobian, ta, tb, a, b, _broadcast_jacobian_backward)
+
+
+def _binary_result(
+    fn: Any, out: Any, jacobian: Any, ta: Any, tb: Any, a: Any, b: Any, backward: Any
+) -> Tensor:
     saved = (
         None if ta is None else jacobian[..., 0, 0],
         None if tb is None else jacobian[..., 0, 1],
         a,
         b,
-    )  # J's columns, then the inputs, for a second differentiation (``compiled_backward``)
-    return _result(
-        out, Node(_jacobian_backward, (ta, tb), saved, fn, fn.backward_name, ((out.shape, out.dtype),))
-    )
+    )  # J's columns, then the inputs as given, for a second differentiation (``compiled_backward``)
+    return _result(out, Node(backward, (ta, tb), saved, fn, fn.backward_name, ((out.shape, out.dtype),)))
+
+
+def _broadcast_shape(s: tuple, t: tuple) -> tuple | None:
+    """The broadcast of two shapes (NumPy's rules), None where they do not broadcast."""
+    if len(s) < len(t):
+        s, t = t, s
+    lead = len(s) - len(t)
+    result = list(s)
+    for i, n in enumerate(t, lead):
+        m = s[i]
+        if n != m:
+            if m == 1:
+                result[i] = n
+            elif n != 1:
+                return None
+    return tuple(result)
+
+
+def _expanded(a: Any, shape: tuple) -> Any:
+    """An array ``a`` broadcast to ``shape`` as a new C-contiguous array (numbers and arrays of that shape
+    as they are): every backend then sees same-shape arguments."""
+    if type(a) is not np.ndarray or a.shape == shape:
+        return a
+    full = np.empty(shape, a.dtype)
+    full[...] = a
+    return full
 
 
 def _jacobian_backward(node: Node, grads: list, graph: bool) -> tuple:
     saved = node.saved  # J's columns, then the inputs
     if graph:
-        n = len(saved) // 2
-        g = grads[0].data
-        return record_vjp(node, saved[n:], grads, tuple([None if c is None else g * c for c in saved[:n]]))
+        return _recorded(node, grads)
     g = grads[0]
     if len(saved) == 2:  # its one input requires grad (else there would be no node)
         return (g * saved[0],)
-    a, b = saved[0], saved[1]
-    return (None if a is None else g * a, None if b is None else g * b)
+    ja, jb = saved[0], saved[1]
+    return None if ja is None else g * ja, None if jb is None else g * jb
+
+
+def _broadcast_jacobian_backward(node: Node, grads: list, graph: bool) -> tuple:
+    """``_jacobian_backward`` for broadcast inputs: each gradient summed back to its input's shape."""
+    if graph:
+        return _recorded(node, grads)
+    ja, jb, a, b = node.saved
+    g = grads[0]
+    return None if ja is None else _summed(g * ja, a), None if jb is None else _summed(g * jb, b)
+
+
+def _recorded(node: Node, grads: list) -> tuple:
+    """A Jacobian-saving node's gradients under ``create_graph=True``, recorded (``compiled_backward``)."""
+    saved = node.saved
+    n = len(saved) // 2
+    g = grads[0].data
+    results = tuple([None if c is None else _summed(g * c, x) for c, x in zip(saved[:n], saved[n:])])
+    return record_vjp(node, saved[n:], grads, results)
+
+
+def _summed(g: np.ndarray, x: Any) -> np.ndarray:
+    """The gradient ``g`` of an input ``x`` (an array here) that broadcasting stretched to ``g``'s shape,
+    summed back to ``x``'s shape (over the axes broadcasting added or stretched from 1)."""
+    shape = x.shape
+    if g.shape == shape:
+        return g
+    lead = g.ndim - len(shape)
+    stretched = ()
+    for i, n in enumerate(shape):
+        if n == 1 and g.shape[lead + i] != 1:
+            stretched += (lead + i,)
+    if not stretched:
+        return np.add.reduce(g, axis=tuple(range(lead)))
+    g = np.add.reduce(g, axis=tuple(range(lead)) + stretched, keepdims=True)
+    return g.reshape(shape) if lead else g
 
 
 def _vjp_backward(node: Node, grads: list, graph: bool) -> tuple:

@@ -15,7 +15,7 @@ import numpy as np
 
 from symgrad.compiled import load_model
 from symgrad.errors import ArgumentError
-from symgrad.runtime.compiled_node import general_node, jacobian_node
+from symgrad.runtime.compiled_node import binary_jacobian_node, general_node, unary_jacobian_node
 
 MODEL = Path(__file__).with_name("elementwise_model.py")
 
@@ -43,16 +43,36 @@ def primitives() -> dict[str, Any]:
     return _functions
 
 
-def call(name: str, *args: Any) -> Any:
-    """Apply primitive ``name`` to tensors and numbers: one tape node when any input requires grad."""
+def unary(name: str, x: Any) -> Any:
+    """``call`` for the one-argument primitives (the Tensor methods' entry)."""
     fn = _functions.get(name)
     if fn is None:
         fn = primitives()[name]
-    result = jacobian_node(fn, args)  # the hot path: same-shape float tensors and numbers
-    if result is not None:
-        return result
+    result = unary_jacobian_node(fn, x)  # the hot path: a float tensor that requires grad
+    return _general(name, fn, (x,)) if result is None else result
+
+
+def binary(name: str, x: Any, y: Any) -> Any:
+    """``call`` for the two-argument primitives (the Tensor operators' entry)."""
+    fn = _functions.get(name)
+    if fn is None:
+        fn = primitives()[name]
+    result = binary_jacobian_node(fn, x, y)  # the hot path: float tensors of one dtype, and numbers
+    return _general(name, fn, _torch_promotion(name, (x, y))) if result is None else result
+
+
+def call(name: str, *args: Any) -> Any:
+    """Apply primitive ``name`` to tensors and numbers: one tape node when any input requires grad."""
     if len(args) == 2:
-        args = _torch_promotion(name, args)
+        return binary(name, args[0], args[1])
+    if len(args) == 1:
+        return unary(name, args[0])
+    fn = _functions.get(name)
+    return _general(name, primitives()[name] if fn is None else fn, args)  # (forward's arity error)
+
+
+def _general(name: str, fn: Any, args: tuple) -> Any:
+    """Off the hot path: any arguments the compiled function takes, and integer tensors."""
     try:
         return general_node(fn, args)
     except ArgumentError:
@@ -74,10 +94,12 @@ def _torch_promotion(name: str, args: tuple) -> tuple:
             )
         args = [int(v) if type(v) is bool else v for v in args]
     a, b = args
-    da, db = (v.data if isinstance(v, Tensor) else v for v in (a, b))
+    da = a.data if isinstance(a, Tensor) else a
+    db = b.data if isinstance(b, Tensor) else b
     if (
         type(da) is np.ndarray
         and type(db) is np.ndarray
+        and da.dtype is not db.dtype
         and (da.ndim == 0) != (db.ndim == 0)
         and da.dtype.kind == db.dtype.kind == "f"
         and da.dtype != db.dtype

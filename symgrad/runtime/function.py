@@ -12,7 +12,8 @@ from typing import Any
 
 import numpy as np
 
-from symgrad.runtime.autograd import _SECOND_BACKWARD, FREED, Node, _zeros, mode, no_grad
+from symgrad.runtime.autograd import _SECOND_BACKWARD, FREED, Node, mode, no_grad
+from symgrad.runtime.engine import _zeros
 from symgrad.runtime.shape_ops import sum_to_shape
 from symgrad.runtime.tensor import Tensor, _result
 
@@ -131,7 +132,7 @@ def _function_backward(node: Node, grads: list, graph: bool) -> tuple:
     )
 
 
-_function_backward.takes_none = True  # it materializes missing gradients itself (``autograd.run_backward``)
+_function_backward.takes_none = True  # it materializes missing gradients itself (``engine.run_backward``)
 
 
 def _checked(name: str, index: int, grad: Any, meta: tuple, graph: bool) -> Any:

@@ -7,6 +7,7 @@ Tensors under ``create_graph=True``, where they record and can be differentiated
 
 from __future__ import annotations
 
+from math import prod
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -14,6 +15,9 @@ import numpy as np
 from symgrad.compiled.arguments import broadcast_axes
 from symgrad.runtime.autograd import Node, mode
 from symgrad.runtime.tensor import Tensor, _result
+
+#: Gradients of at most this many elements that backward broadcasts are copies, not read-only views
+_SMALL = 1 << 12
 
 
 def _record(out: Any, backward: Any, inputs: tuple, saved: Any, ctx: Any, name: str) -> Tensor:
@@ -75,8 +79,14 @@ def _swap_last(x: Any) -> Any:
 
 
 def broadcast_to(x: Any, shape: tuple) -> Any:
-    if not isinstance(x, Tensor):
-        return np.broadcast_to(x, shape)
+    if not isinstance(x, Tensor):  # a gradient: small ones copied (np.broadcast_to costs more than that)
+        if type(x) is not np.ndarray or prod(shape) > _SMALL:
+            return np.broadcast_to(x, shape)
+        if x.ndim > len(shape):
+            np.broadcast_to(x, shape)  # (its error)
+        out = np.empty(shape, x.dtype)
+        out[...] = x
+        return out
     out = np.broadcast_to(x.data, shape)
     if _tracked(x) is None:
         return _result(out)
@@ -115,7 +125,7 @@ def reduce_sum(x: Any, axis: Any = None, keepdims: bool = False) -> Any:
 def _sum_backward(node: Node, grads: list, graph: bool) -> tuple:
     shape, axis, keepdims = node.ctx
     g = grads[0]
-    if not keepdims:
+    if not keepdims and axis is not None:  # (a sum of all elements broadcasts as it is)
         g = reshape(g, _kept_shape(shape, axis))
     return (broadcast_to(g, shape),)
 

@@ -1,6 +1,6 @@
 """``Tensor``: a NumPy array plus its place on the tape.
 
-Elementwise arithmetic and math methods dispatch to the compiled primitives (``elementwise.call``); linear
+Elementwise arithmetic and math methods dispatch to the compiled primitives (``elementwise``); linear
 algebra, reductions, reshaping and indexing go to ``shape_ops``. Python numbers are weak scalars: a float32
 tensor times 2.0 stays float32.
 """
@@ -97,7 +97,7 @@ class Tensor(TensorMethods, InPlaceOps):
         self, gradient: Any = None, retain_graph: bool | None = None, create_graph: bool = False
     ) -> None:
         """Accumulate the gradient of this tensor into the ``.grad`` of every leaf it depends on."""
-        autograd.backward((self,), None if gradient is None else (gradient,), retain_graph, create_graph)
+        autograd.backward_from(self, gradient, retain_graph, create_graph)
 
     def retain_grad(self) -> None:
         """Keep ``.grad`` on this non-leaf tensor too (leaves always keep it)."""
@@ -109,8 +109,8 @@ class Tensor(TensorMethods, InPlaceOps):
 
         def retain(g: Tensor) -> None:
             t = ref()
-            if t is not None:
-                t.grad = g.detach() if t.grad is None else t.grad + g
+            if t is not None:  # a copy, as PyTorch's (recorded under create_graph=True): g may be the seed
+                t.grad = g.clone() if t.grad is None else t.grad + g
 
         self._node_hooks().append((self._oi, retain, True))
 
@@ -194,40 +194,40 @@ class Tensor(TensorMethods, InPlaceOps):
 
     # -- arithmetic: compiled elementwise primitives -------------------------------------------------------
     def __add__(self, other: Any) -> Tensor:
-        return _ew("add", self, other)
+        return _binary("add", self, other)
 
     def __radd__(self, other: Any) -> Tensor:
-        return _ew("add", other, self)
+        return _binary("add", other, self)
 
     def __sub__(self, other: Any) -> Tensor:
-        return _ew("sub", self, other)
+        return _binary("sub", self, other)
 
     def __rsub__(self, other: Any) -> Tensor:
-        return _ew("sub", other, self)
+        return _binary("sub", other, self)
 
     def __mul__(self, other: Any) -> Tensor:
-        return _ew("mul", self, other)
+        return _binary("mul", self, other)
 
     def __rmul__(self, other: Any) -> Tensor:
-        return _ew("mul", other, self)
+        return _binary("mul", other, self)
 
     def __truediv__(self, other: Any) -> Tensor:
-        return _ew("div", self, other)
+        return _binary("div", self, other)
 
     def __rtruediv__(self, other: Any) -> Tensor:
-        return _ew("div", other, self)
+        return _binary("div", other, self)
 
     def __pow__(self, other: Any) -> Tensor:
-        return _ew("pow", self, other)
+        return _binary("pow", self, other)
 
     def __rpow__(self, other: Any) -> Tensor:
-        return _ew("pow", other, self)
+        return _binary("pow", other, self)
 
     def __neg__(self) -> Tensor:
-        return _ew("neg", self)
+        return _unary("neg", self)
 
     def __abs__(self) -> Tensor:
-        return _ew("abs", self)
+        return _unary("abs", self)
 
     def __matmul__(self, other: Any) -> Tensor:
         return _so.matmul(self, other)
@@ -236,13 +236,13 @@ class Tensor(TensorMethods, InPlaceOps):
         return _so.matmul(other, self)
 
     def pow(self, exponent: Any) -> Tensor:
-        return _ew("pow", self, exponent)
+        return _binary("pow", self, exponent)
 
     def maximum(self, other: Any) -> Tensor:
-        return _ew("maximum", self, other)
+        return _binary("maximum", self, other)
 
     def minimum(self, other: Any) -> Tensor:
-        return _ew("minimum", self, other)
+        return _binary("minimum", self, other)
 
     # comparisons: boolean results, never on the tape
     def __lt__(self, other: Any) -> Tensor:
@@ -350,7 +350,7 @@ _UNARY = (
 
 def _unary_method(name: str) -> Callable[[Tensor], Tensor]:
     def method(self: Tensor) -> Tensor:
-        return _ew(name, self)
+        return _unary(name, self)
 
     method.__name__ = method.__qualname__ = name
     method.__doc__ = f"Elementwise {name}, a compiled symgrad primitive (one tape node)."
@@ -386,4 +386,5 @@ def as_tensor(data: Any, dtype: Any = None) -> Tensor:
 
 
 from symgrad.runtime import shape_ops as _so  # noqa: E402  (these modules build Tensors)
-from symgrad.runtime.elementwise import call as _ew  # noqa: E402
+from symgrad.runtime.elementwise import binary as _binary  # noqa: E402
+from symgrad.runtime.elementwise import unary as _unary  # noqa: E402
