@@ -190,12 +190,12 @@ def sympy_ops(name: str) -> int:
     return int(sum(sympy.count_ops(e) for _, e in replacements) + sum(sympy.count_ops(e) for e in reduced))
 
 
-def cold_compile_seconds() -> tuple[float, float, float]:
-    """Seconds to trace, derive, lower and emit the tetrahedron's package (``compiled()``) and to build its C
-    module (the first call), wall clock, and the processor time of the two (the compiler's included: on a
-    busy machine the steadier figure), in a fresh cache directory, on a machine where symgrad has run
-    before (the toolchain probe and the direct-call module, once per machine, are built first, by the
-    spring)."""
+def cold_compile_seconds() -> tuple[float, float, float, float]:
+    """Wall clock and processor seconds (the compiler's included: on a busy machine the steadier figure) of
+    the two stages of the tetrahedron's cold compile: tracing, deriving, lowering and emitting its package
+    (``compiled()``), then building its C module (the first call), in a fresh cache directory, on a machine
+    where symgrad has run before (the toolchain probe and the direct-call module, once per machine, are
+    built first, by the spring)."""
     code = (
         f"import sys, time; sys.path[:0] = {[str(ROOT), str(ROOT / 'examples'), str(ROOT / 'bench')]!r}\n"
         "import resource\n"
@@ -206,17 +206,19 @@ def cold_compile_seconds() -> tuple[float, float, float]:
         "from bench_hessian import spring\n"
         "from neo_hookean import tet_energy\n"
         "spring.compiled().forward(np.ones(4), 1.0, 1.0)\n"
-        "c0 = cpu(); t = time.perf_counter(); c = tet_energy.compiled(); t1 = time.perf_counter()\n"
+        "c0, t0 = cpu(), time.perf_counter()\n"
+        "c = tet_energy.compiled()\n"
+        "c1, t1 = cpu(), time.perf_counter()\n"
         "c.value_jacobian_hessian(np.eye(4)[:, 1:].reshape(12), np.eye(3), 1.0, 1.0, 1.0)\n"
-        "print(t1 - t, time.perf_counter() - t1, cpu() - c0)\n"
+        "print(t1 - t0, c1 - c0, time.perf_counter() - t1, cpu() - c1)\n"
     )
     with tempfile.TemporaryDirectory() as cache:
         env = dict(os.environ, SYMGRAD_CACHE_DIR=cache)
         out = subprocess.run(
             [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
         )
-    package, build, cpu = map(float, out.stdout.split()[-3:])
-    return package, build, cpu
+    package, package_cpu, build, build_cpu = map(float, out.stdout.split()[-4:])
+    return package, package_cpu, build, build_cpu
 
 
 def static_table() -> None:
@@ -255,10 +257,12 @@ def main() -> None:
     )
     for fn, *_ in CASES.values():  # build before timing anything (the cache keeps it for the children)
         fn.compiled()
-    package, build, cpu = cold_compile_seconds()
+    package, package_cpu, build, build_cpu = cold_compile_seconds()
     print(
-        f"cold compile of the tetrahedron (12 x 12 Hessian; all programs, 2 dtypes): {package + build:.2f} s "
-        f"(trace, derive, emit {package:.2f} s; C build {build:.2f} s); processor time {cpu:.2f} s\n"
+        f"cold compile of the tetrahedron (12 x 12 Hessian; all programs, 2 dtypes; {os.cpu_count()} CPUs, "
+        f"load {os.getloadavg()[0]:.1f}): {package + build:.2f} s wall, {package_cpu + build_cpu:.2f} s "
+        f"processor (trace, derive, emit {package:.2f} s wall, {package_cpu:.2f} s processor; C build "
+        f"{build:.2f} s wall, {build_cpu:.2f} s processor)\n"
     )
     static_table()
     print(

@@ -28,10 +28,11 @@ import re
 import secrets
 import shlex
 import shutil
-import subprocess
 import sys
 import tempfile
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
 from pathlib import Path
 from types import ModuleType
@@ -41,7 +42,6 @@ from symgrad.backends.c.toolchain import (
     EXT_SUFFIX,
     PYTHON_INCLUDE,
     Toolchain,
-    debug_command,
     forget_toolchain,
     run_command,
     toolchain,
@@ -237,20 +237,11 @@ def _build_in(
     tmp: Path, key: str, cdir: Path, label: str, tc: Toolchain, so: str, main: str, steps: list, link: list
 ) -> Path:
     started = time.perf_counter()
-    for cmd in steps:
-        debug_command(cmd)
-    procs = [
-        subprocess.Popen(
-            cmd, cwd=tmp, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, errors="replace"
-        )
-        for cmd in steps
-    ]
-    errors = [p.communicate()[1] for p in procs]
-    results = [(cmd, p.returncode, err) for cmd, p, err in zip(steps, procs, errors)]
+    results = _run_all(steps, tmp, commands.cores())
     if all(rc == 0 for _, rc, _ in results):
         r = run_command(link, cwd=tmp)
         results.append((link, r.returncode, r.stderr))
-    failed_step = next(((cmd, err) for cmd, rc, err in results if rc != 0), None)
+    failed_step = next(((cmd, err) for cmd, rc, err in results if rc), None)
     if failed_step is not None:
         if "No space left on device" in failed_step[1] or "Disk quota exceeded" in failed_step[1]:
             raise OSError(errno.ENOSPC, f"the C compiler could not write its output in {tmp}")
@@ -283,6 +274,31 @@ def _build_in(
         remove_aside(entry)  # an entry without its module (being deleted in place): replaced
         os.replace(tmp, entry)
     return entry / so
+
+
+def _run_all(steps: list[list[str]], cwd: Path, slots: int) -> list[tuple[list[str], int | None, str]]:
+    """(command, exit status, compiler messages) of each of ``steps``, run in their order, ``slots`` at a
+    time; once one fails none more starts (status None)."""
+    failed = threading.Event()
+
+    def run(cmd: list[str]) -> tuple[list[str], int | None, str]:
+        if failed.is_set():
+            return cmd, None, ""
+        try:
+            r = run_command(cmd, cwd=cwd)
+        except BaseException:  # the compiler did not start (a full process table): none more does
+            failed.set()
+            raise
+        if r.returncode:
+            failed.set()
+        return cmd, r.returncode, r.stderr
+
+    with ThreadPoolExecutor(max_workers=max(1, min(slots, len(steps)))) as pool:
+        try:
+            return list(pool.map(run, steps))
+        except BaseException:  # Ctrl-C: the queued compiles do not start either
+            failed.set()
+            raise
 
 
 def _fail(tmp: Path, cdir: Path, key: str, label: str, main: str, cmd: list[str], stderr: str) -> None:

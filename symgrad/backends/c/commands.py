@@ -1,6 +1,6 @@
 """The compiler commands of a C build: the translation units of ``kernels.c``, cffi's wrapper, the link, and
 the direct-call extension's one file. Each ``*_steps`` writes its sources into the build directory and
-returns (main source file, compile commands to run in parallel, link command)."""
+returns (main source file, compile commands to run in parallel in their order, link command)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 
 from symgrad import abi
+from symgrad.backends.c import units
 from symgrad.backends.c.toolchain import PYTHON_INCLUDE, WIDE_FLAG, Toolchain
 
 #: Appended to every module: thread control for the OpenMP loops (no-ops without OpenMP).
@@ -38,29 +39,48 @@ def sanitize_flags() -> tuple[str, ...]:
     )
 
 
-#: Generated C past this size (bytes) is compiled as several translation units, one per core at most.
-UNIT_BYTES = 500_000
+#: Generated C up to this size (bytes) compiles as one translation unit: a unit costs a compiler process and
+#: the header once more (~20 ms).
+UNIT_BYTES = 16_000
+#: Past it, units per core: the compiles run one per core, the longest first, and a core that is done takes
+#: the next, so that a costly function (the tet's float32 Hessian takes 1.8x the time of its float64 one)
+#: does not leave a core idle. The tet on 2 cores, 1 / 2 / 4 per core: 3 / 6 / 9 units, gcc's time 4.10 /
+#: 4.19 / 4.30 s (one unit 4.13), scheduled on 2 cores 2.45 / 2.18 / 2.15 s.
+UNITS_PER_CORE = 2
 
 
-def split_units(source: str, units: int) -> list[str]:
-    """``source`` as up to ``units`` translation units of similar size: its header (what precedes the first
-    line that starts with ``abi.SECTION_MARK``) followed by consecutive sections, each section under a
-    ``#line`` directive so that compiler messages name the lines of ``kernels.c``."""
-    mark = "\n" + abi.SECTION_MARK
-    head, *sections = source.split(mark)
-    if units <= 1 or len(sections) < 2:
-        return [source]
-    line = head.count("\n") + 2  # the line of the first section's mark in kernels.c
-    placed = []
-    for section in sections:
-        placed.append(f'#line {line} "kernels.c"\n{abi.SECTION_MARK}{section}')
-        line += section.count("\n") + 1
-    total, offset = sum(map(len, sections)), 0
-    groups: list[list[str]] = [[] for _ in range(units)]
-    for text, section in zip(placed, sections):  # by each section's middle in kernels.c: similar sizes
-        groups[min(units - 1, (2 * offset + len(section)) * units // (2 * total))].append(text)
-        offset += len(section)
-    return [head + "\n" + "\n".join(group) for group in groups if group]
+def cores() -> int:
+    """The processors this process may run on (its affinity, where the system tells)."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def split_units(source: str, cores: int) -> list[tuple[str, int]]:
+    """``source`` as translation units, each with the length of the longest section it has a piece of (what
+    its flags go by): all of it for one core or up to ``UNIT_BYTES``; else its pieces (``units.cut``: one
+    program in one dtype each) gathered in file order up to ``len(source) / (cores * UNITS_PER_CORE)`` bytes
+    (and at least ``UNIT_BYTES``), pieces of sections built with other flags apart."""
+    whole = [(source, max(map(len, source.split("\n" + abi.SECTION_MARK))))]
+    if cores <= 1 or len(source) <= UNIT_BYTES:
+        return whole
+    head, pieces = units.cut(source)
+    if len(pieces) < 2:
+        return whole
+    target = max(UNIT_BYTES, len(source) // (cores * UNITS_PER_CORE))
+    groups: list[list[units.Piece]] = []
+    for piece in pieces:
+        last = groups[-1] if groups else None
+        if (
+            last is None
+            or sum(p.size for p in last) + piece.size > target
+            or _kind(last[0].section) != _kind(piece.section)
+        ):
+            groups.append([piece])
+        else:
+            last.append(piece)
+    return [(head + "\n" + "\n".join(p.text for p in g), max(p.section for p in g)) for g in groups]
 
 
 #: A function whose C is longer than this (bytes) is compiled at -O1: gcc's time at -O2/-O3 grows faster than
@@ -77,11 +97,14 @@ LONG_SECTION_BYTES = 300_000
 WIDE_SECTION_BYTES = 100_000
 
 
-def unit_flags(tc: Toolchain, unit: str) -> list[str]:
-    """``tc``'s flags for one translation unit: -O3 made -O1 where it holds a function longer than
-    ``LONG_SECTION_BYTES``, and the probe's 512-bit preference dropped past ``WIDE_SECTION_BYTES``
+def _kind(section: int) -> tuple[bool, bool]:
+    return section > LONG_SECTION_BYTES, section > WIDE_SECTION_BYTES
+
+
+def unit_flags(tc: Toolchain, longest: int) -> list[str]:
+    """``tc``'s flags for a unit whose longest section (a kernel's functions) is ``longest`` bytes: -O3 made
+    -O1 past ``LONG_SECTION_BYTES``, and the probe's 512-bit preference dropped past ``WIDE_SECTION_BYTES``
     (``SYMGRAD_CFLAGS``, after them, still has the last word; a width set there is kept)."""
-    longest = max(map(len, unit.split("\n" + abi.SECTION_MARK)))
     flags = tc.flags
     if tc.wide and longest > WIDE_SECTION_BYTES:
         flags = tuple(f for f in flags if f != WIDE_FLAG)
@@ -91,15 +114,15 @@ def unit_flags(tc: Toolchain, unit: str) -> list[str]:
 def cffi_steps(tmp: Path, source: str, cdef: str, glue: str, tc: Toolchain, name: str, so: str) -> tuple:
     """``kernels.c`` (-O3 and the probed flags, -O1 for a unit with a very long function; split into units
     past ``UNIT_BYTES``) and cffi's wrapper (-O1: the cdef's Python glue and ``glue``) compile in parallel,
-    then link."""
+    the longest units first, then link."""
     import cffi
     from cffi.recompiler import make_c_source
 
     (tmp / "kernels.c").write_text(source)
-    units = split_units(source, min(os.cpu_count() or 1, 1 + len(source) // UNIT_BYTES))
-    files = ["kernels.c"] if len(units) == 1 else [f"kernels.{k}.c" for k in range(len(units))]
-    if len(units) > 1:
-        for file, text in zip(files, units):
+    split = split_units(source, cores())
+    files = ["kernels.c"] if len(split) == 1 else [f"kernels.{k}.c" for k in range(len(split))]
+    if len(split) > 1:
+        for file, (text, _) in zip(files, split):
             (tmp / file).write_text(text)
     ffi = cffi.FFI()
     ffi.cdef(cdef + "\n" + SUPPORT_CDEF)
@@ -111,9 +134,10 @@ def cffi_steps(tmp: Path, source: str, cdef: str, glue: str, tc: Toolchain, name
     omp = ["-fopenmp"] if tc.openmp else []
     omp += list(sanitize_flags())
     objects = [file[:-2] + ".o" for file in files]
+    order = sorted(range(len(split)), key=lambda k: -len(split[k][0]))
     steps = [
-        [*tc.cc, *unit_flags(tc, text), *sanitize_flags(), "-c", "-o", o, f]
-        for o, f, text in zip(objects, files, units)
+        [*tc.cc, *unit_flags(tc, split[k][1]), *sanitize_flags(), "-c", "-o", objects[k], files[k]]
+        for k in order
     ]
     include = f"-I{PYTHON_INCLUDE}"
     steps.append([*tc.cc, "-O1", "-fPIC", *omp, include, "-c", "-o", "wrapper.o", wrapper])
