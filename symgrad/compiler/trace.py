@@ -15,7 +15,7 @@ from typing import Any
 
 import sympy
 
-from symgrad.compiler import dag, nonfinite
+from symgrad.compiler import dag, nonfinite, running_sums
 from symgrad.compiler.hints import hint
 from symgrad.compiler.locals_capture import captured_locals, named_values
 from symgrad.compiler.numbers import drop_unit_floats
@@ -264,7 +264,7 @@ class ForwardFunction:
         keywords = {p.name: p.default for p in constants if p.kind is not p.POSITIONAL_ONLY}
         try:
             # x + 1e400 keeps x (SymPy would fold x + oo to oo)
-            with nonfinite.tracing(), captured_locals(self.fn.__code__) as found:
+            with nonfinite.tracing(), running_sums.appending(), captured_locals(self.fn.__code__) as found:
                 result = self.fn(*values, **keywords)
             return result, found
         except Exception as exc:
