@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import inspect
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -64,8 +65,12 @@ class SymbolicFunction(ForwardFunction):
             with self._compiling:
                 if self._compiled is None:
                     with notice(self._where):  # stderr, after 2 s
+                        started = time.perf_counter()
                         spec = self.trace()
-                        functions = load_package(compile_traced(spec), rebuild=lambda: compile_traced(spec))
+                        traced_in = time.perf_counter() - started
+                        functions = load_package(
+                            compile_traced(spec, traced_in), rebuild=lambda: compile_traced(spec, traced_in)
+                        )
                         self._compiled = functions[self.name]
                         self._compiled.symbolic = self  # its source, for derived functions (func.py)
         return self._compiled

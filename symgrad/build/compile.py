@@ -150,8 +150,10 @@ def _unique_idents(kernels: list[Kernel]) -> list[Kernel]:
     return unique
 
 
-def _kernel(trace: Callable[[], Spec]) -> Kernel:
-    """Trace, derive and lower one function; ``SYMGRAD_DEBUG=1`` prints its IR and each stage's time."""
+def _kernel(trace: Callable[[], Spec], traced_before: float = 0.0) -> Kernel:
+    """Trace, derive and lower one function; ``SYMGRAD_DEBUG=1`` prints its IR and each stage's time
+    (``traced_before``: seconds of tracing already done by the caller, for a ``trace`` that returns a spec
+    traced before)."""
     from symgrad.compiler import derive, lower
 
     started = time.perf_counter()
@@ -162,15 +164,16 @@ def _kernel(trace: Callable[[], Spec]) -> Kernel:
     kernel = lower(derivation)
     if debug(1):
         say(
-            f"{spec.name}: trace {traced - started:.3f} s, forward program {derived - traced:.3f} s, "
+            f"{spec.name}: trace {traced_before + traced - started:.3f} s, "
+            f"forward program {derived - traced:.3f} s, "
             f"derivatives and layout {time.perf_counter() - derived:.3f} s\n{kernel}"
         )
     return kernel
 
 
-def compile_traced(spec: Spec) -> Path:
+def compile_traced(spec: Spec, traced_in: float = 0.0) -> Path:
     """The package of one traced function in the cache, keyed by what tracing produced (so closures over
-    constants are respected); built on a miss."""
+    constants are respected); built on a miss. ``traced_in``: the seconds tracing took (``SYMGRAD_DEBUG``)."""
     from symgrad.compiler.dag import serialize  # linear in the DAG, where srepr writes the whole tree
 
     key = source_hash(
@@ -192,7 +195,7 @@ def compile_traced(spec: Spec) -> Path:
         dest = root / "jit" / f"{path_token(spec.name)}-{key[:16]}"
         with _building(dest):
             if intact_manifest(dest) is None:
-                kernels[:] = kernels or [_kernel(lambda: spec)]
+                kernels[:] = kernels or [_kernel(lambda: spec, traced_in)]
                 write_package(kernels, dest, spec.origin, key)
         return dest
 

@@ -58,7 +58,12 @@ def cse(
     temps: list[tuple[sympy.Symbol, sympy.Basic]] = []
     for node in order:
         args = tuple(new.get(a, a) for a in node.args)
-        built = node if all(a is b for a, b in zip(args, node.args)) else node.func(*args)
+        if all(a is b for a, b in zip(args, node.args)):
+            built = node
+        elif isinstance(node, (sympy.Add, sympy.Mul)) and node.is_commutative:
+            built = dag.resorted(node, args)  # a new symbol merges with no other argument
+        else:
+            built = node.func(*args)
         if counts[node] >= 2 and not isinstance(node, Tuple) and not built.is_Atom:
             sym = next(names)
             temps.append((sym, built))

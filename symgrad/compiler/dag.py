@@ -12,6 +12,7 @@ import threading
 from collections.abc import Callable, Container, Iterator
 
 import sympy
+from sympy.core.basic import _args_sortkey
 from sympy.core.singleton import Singleton
 
 
@@ -179,12 +180,29 @@ def xreplace(expr: sympy.Basic, rule: dict, evaluate: bool = True) -> sympy.Basi
     return done[expr]
 
 
+def resorted(node: sympy.Add | sympy.Mul, args: list | tuple) -> sympy.Basic:
+    """A commutative sum or product in SymPy's canonical form over ``args`` that merge with nothing (each
+    replaces an argument of ``node`` one-to-one): its coefficient first, the others sorted as
+    ``Add``/``Mul.flatten`` sort them, without their evaluation."""
+    head = 1 if args[0].is_Number else 0
+    if any(a.is_Number for a in args[head:]):  # built unevaluated (not canonical): SymPy's evaluation
+        return node.func(*args)
+    return node.func._from_args((*args[:head], *sorted(args[head:], key=_args_sortkey)), True)
+
+
 def _rebuilt(node: sympy.Basic, args: list) -> sympy.Basic:
-    """``node`` over renamed ``args``: sums, products and powers in SymPy's canonical form; a function
-    unevaluated (its ``eval`` asks assumption queries of the new argument, which walk it as a tree: a
-    5-layer tanh net spent most of its lowering there, and a renaming changes no value)."""
+    """``node`` over renamed ``args``, in SymPy's canonical form without evaluating anything: a renaming
+    (one-to-one, same assumptions) merges no terms, factors or powers and changes no value, so a sum or a
+    product only needs its arguments sorted again as ``Add``/``Mul.flatten`` sort them (the coefficient
+    first). Evaluation would ask assumption queries: of a function's new argument (walked as a tree) and of
+    the new Float that each product's coefficient becomes (a 5-layer tanh net spent most of its lowering
+    there)."""
     if isinstance(node, sympy.Function):
         return node.func(*args, evaluate=False)
+    if isinstance(node, (sympy.Add, sympy.Mul)) and node.is_commutative:
+        return resorted(node, args)
+    if isinstance(node, sympy.Pow):
+        return sympy.Pow(*args, evaluate=False)
     return node.func(*args)
 
 

@@ -6,6 +6,8 @@ Also the printer mixins the emitters share: ``TermOrder`` (an Add's terms in can
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 import sympy
 from sympy.printing.str import StrPrinter
 
@@ -55,12 +57,19 @@ class FormulaPrinter(TermOrder, PiecewiseSelects, StrPrinter):
 FORMULA_NODES = 20000
 
 
-def formula(expr: sympy.Basic, limit: int = 0) -> str:
-    """The expression as one line; shortened with '...' past ``limit`` characters when ``limit`` > 0."""
+@lru_cache(maxsize=64)
+def _line(expr: sympy.Basic) -> str:
+    """``formula`` without a limit, remembered: lowering shows each output twice (a comment, shortened, and
+    the kernel's formula), and printing a large one sorts every sum's terms."""
     size = dag.tree_size(expr)
     if size > FORMULA_NODES:  # printing writes the tree, exponentially larger than a shared DAG
         return f"<a formula of {size} terms, too long to show>"
-    text = FormulaPrinter().doprint(expr)
+    return FormulaPrinter().doprint(expr)
+
+
+def formula(expr: sympy.Basic, limit: int = 0) -> str:
+    """The expression as one line; shortened with '...' past ``limit`` characters when ``limit`` > 0."""
+    text = _line(expr)
     if limit and len(text) > limit:
         text = text[: limit - 3] + "..."
     return text

@@ -328,22 +328,28 @@ def _bases(factors: tuple) -> set:
     return {f.base if isinstance(f, Pow) else f for f in factors if not f.is_number}
 
 
-def _merges(user: sympy.Expr, sym: Symbol, value: sympy.Expr) -> bool:
-    """Whether substituting ``value`` for ``sym`` in ``user`` would merge factors into a power: with
+def _merging(user: sympy.Expr, subs: dict[Symbol, sympy.Expr]) -> list[Symbol]:
+    """The symbols of ``subs`` whose substitution into ``user`` would merge factors into a power: with
     ``w = u/v`` in ``-g*w/v``, SymPy writes ``u/v**2``, where ``v**2`` overflows while ``w/v`` does not (and
-    ``e*x`` in ``2*w*x`` becomes ``e*x**2``, 0*inf where ``(e*x)*x`` underflows to 0)."""
-    inner = _bases(sympy.Mul.make_args(value))
-    for node in dag.occurrences(user):
-        if isinstance(node, sympy.Mul) and sym in node.args:
-            if inner & _bases(tuple(f for f in node.args if f != sym)):
-                return True
-    return False
+    ``e*x`` in ``2*w*x`` becomes ``e*x**2``, 0*inf where ``(e*x)*x`` underflows to 0). One walk of
+    ``user``'s distinct products for all of them."""
+    symbols = free(user)
+    candidates = {s: _bases(sympy.Mul.make_args(subs[s])) for s in symbols if s in subs}
+    if not candidates:
+        return []
+    found: set[Symbol] = set()
+    for node in dag.nodes(user):
+        if isinstance(node, sympy.Mul):
+            for s in candidates.keys() & set(node.args) - found:
+                if candidates[s] & _bases(tuple(f for f in node.args if f != s)):
+                    found.add(s)
+    return [s for s in symbols if s in found]
 
 
 def inline_single_use(assigns: Assignments, keep: set[Symbol]) -> Assignments:
     """Substitute temporaries used exactly once (and atoms) into their user, for readable programs, except
     into a condition (a Piecewise there is folded into it), into a product it would merge with
-    (``_merges``) or as the base of a power (SymPy would distribute the power over a product again, see
+    (``_merging``) or as the base of a power (SymPy would distribute the power over a product again, see
     ``regroup_powers``); then give every compound base of a power its own temporary, so that ``sin(x)**3``
     does not print as three calls."""
     uses: dict[Symbol, int] = defaultdict(int)
@@ -361,18 +367,18 @@ def inline_single_use(assigns: Assignments, keep: set[Symbol]) -> Assignments:
     out: Assignments = []
 
     def bind_bases(e: sympy.Basic) -> sympy.Basic:
-        if e.is_Atom or not e.has(Pow):
+        if e.is_Atom or not dag.has(e, Pow):
             return e
         args = [bind_bases(a) for a in e.args]
         if isinstance(e, Pow) and e.exp not in _ONCE and not args[0].is_Atom:
             base = sympy.Dummy("base", real=True)
             out.append((base, args[0]))
             args[0] = base
-        return e.func(*args)
+        return e if all(a is b for a, b in zip(args, e.args)) else e.func(*args)
 
     for sym, expr in assigns:
-        for s in [s for s in free(expr) if s in subs and _merges(expr, s, subs[s])]:
-            out.append((s, bind_bases(subs.pop(s))))  # kept in its temporary (``_merges``)
+        for s in _merging(expr, subs) if subs else ():
+            out.append((s, bind_bases(subs.pop(s))))  # kept in its temporary (``_merging``)
         expr = expr.xreplace(subs) if subs else expr
         if sym not in keep and (
             expr.is_Atom

@@ -14,6 +14,7 @@ import sympy
 from sympy import Eq, Piecewise, S
 from sympy.codegen.cfunctions import expm1, log1p
 
+from symgrad.compiler import dag
 from symgrad.compiler.piecewise import PiecewiseOperand, piecewise
 
 __all__ = [
@@ -307,8 +308,8 @@ def expand_shared_cores(expr: sympy.Expr) -> sympy.Expr:
     logaddexp in its stable elementary form over exp(-|u|). Applied after differentiation: softplus' value
     and gradient (sigmoid), or sigmoid's value and gradient (sigmoid(x)*sigmoid(-x)), then share one exp
     instead of computing it two or three times."""
-    if expr.has(*NESTED):
+    if dag.has(expr, *NESTED):  # over the DAG: SymPy's ``has`` walks a layered net as a tree
         expr = expr.replace(lambda e: isinstance(e, NESTED), lambda e: e.nested())
-    if not expr.has(*EXPANDED):
+    if not dag.has(expr, *EXPANDED):
         return expr
     return expr.replace(lambda e: isinstance(e, EXPANDED), lambda e: e._stable())

@@ -13,6 +13,7 @@ import sympy
 from sympy import Symbol
 
 from symgrad.compiler import dag
+from symgrad.compiler.fastdiff import free
 from symgrad.compiler.naming import Namer, readable
 
 
@@ -28,8 +29,20 @@ class TempNames:
         for expr, name in names:  # also in the form the outputs took (the stable forms)
             self.by_value.setdefault(clean(expr), name)
         self.known = known  # the argument symbols the values are written over
+        self._negated: dict[sympy.Basic, str] | None = None
+        #: the values built by ``ProgramNames._value``, by expression and the values of its symbols
+        self.built: dict[tuple[sympy.Basic, frozenset], sympy.Basic] = {}
         #: no value larger (as a tree) than every named one can be one of them
         self.largest = max((dag.tree_size(e) for e in self.by_value), default=0)
+
+    def negated(self, value: sympy.Basic) -> str | None:
+        """The user's name of ``-value``. The named values are negated once (not each asked value: negating a
+        large sum rebuilds every term, with assumption queries over its unevaluated functions)."""
+        if self._negated is None:
+            self._negated = {}
+            for expr, name in self.by_value.items():
+                self._negated.setdefault(-expr, name)
+        return self._negated.get(value)
 
     def program(self, namer: Namer) -> ProgramNames:
         return ProgramNames(self, namer.copy())
@@ -62,15 +75,18 @@ class ProgramNames:
         be no named value (nor, if ``negated``, the negation of one: each term's -1 makes it larger)."""
         if not self.names.by_value or dag.has(expr, sympy.Piecewise):
             return None  # rebuilding a Piecewise re-folds its conditions (exponential when nested)
-        symbols = dag.free_symbols(expr)
+        symbols = free(expr)  # remembered per node: the programs share most
         if any(s not in self.names.known and self.value.get(s) is None for s in symbols):
             return None
         rule = {s: self.value[s] for s in symbols if s in self.value}
-        size = sum(rule[n][1] if n in rule else 1 for n in sympy.preorder_traversal(expr))
+        size = sum(rule[n][1] if n in rule else 1 for n in dag.occurrences(expr))
         if size > (2 * self.names.largest + 1 if negated else self.names.largest):
             return None
         values = {s: v for s, (v, _) in rule.items()}
-        return dag.xreplace(expr, values, evaluate=False), size  # functions unevaluated: fast
+        key = (expr, frozenset(values.items()))  # the programs of a kernel share most temporaries
+        if key not in self.names.built:
+            self.names.built[key] = dag.xreplace(expr, values, evaluate=False)  # functions unevaluated
+        return self.names.built[key], size
 
     def _operand_named(self, expr: sympy.Basic, shown: sympy.Basic) -> sympy.Basic:
         """``shown`` with its one operand (of a function of one argument, a power, a number times it) as a
@@ -84,7 +100,7 @@ class ProgramNames:
             return shown
         name = self.names.by_value.get(value[0])
         if name is None:
-            negated = self.names.by_value.get(-value[0])
+            negated = self.names.negated(value[0])
             return shown if negated is None else _with_operand(shown, at, -Symbol(negated, real=True))
         return _with_operand(shown, at, Symbol(name, real=True))
 
