@@ -11,8 +11,10 @@ import threading
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
+import symgrad as sg
 from symgrad import abi
 from symgrad.backends.c import cffi_build, commands, units
 from symgrad.errors import CompilerUnavailable
@@ -116,21 +118,47 @@ def test_braces_and_semicolons_in_comments_and_strings_do_not_cut(tmp_path):
         assert compiles(tmp_path, HEAD + "\n" + piece.text).returncode == 0
 
 
-def test_units_never_mix_sections_built_with_other_flags(monkeypatch):
-    """Pieces of a section past LONG_SECTION_BYTES (-O1) and of a short one (-O3) never share a unit, and each
-    unit's flags go by the longest section it has a piece of."""
+@pytest.mark.parametrize("cores", [1, 2])
+def test_units_never_mix_sections_built_with_other_flags(monkeypatch, cores):
+    """Pieces of a section past huge_section_bytes() (-O0), of one past LONG_SECTION_BYTES (-O1) and of a
+    short one (-O3) never share a unit, on one core too, and each unit's flags go by the longest section it
+    has a piece of."""
     monkeypatch.setattr(commands, "UNIT_BYTES", 1)
-    long_body = "\n\n".join(program(f"l__{p}_f64", "double") for p in "abcd")
-    short_body = "\n\n".join(program(f"t__{p}_f64", "double") for p in "ab")
-    long_section, short_section = section("l", long_body), section("t", short_body)
-    monkeypatch.setattr(commands, "LONG_SECTION_BYTES", len(short_section) + 1)
-    split = commands.split_units(HEAD + "\n" + short_section + "\n" + long_section, 2)
-    assert len(split) > 2
+    monkeypatch.delenv("SYMGRAD_O0_BYTES", raising=False)
+    bodies = {name: "\n\n".join(program(f"{name}__{p}_f64", "double") for p in "abcdef"[:n]) for name, n in
+              (("t", 2), ("l", 4), ("h", 6))}  # fmt: skip
+    sections = {name: section(name, body) for name, body in bodies.items()}
+    monkeypatch.setattr(commands, "LONG_SECTION_BYTES", len(sections["t"]) + 1)
+    monkeypatch.setattr(commands, "HUGE_SECTION_BYTES", len(sections["l"]) + 1)
+    split = commands.split_units(HEAD + "\n" + "\n".join(sections.values()), cores)
+    assert len(split) >= 3
+    levels = {"t": "-O3", "l": "-O1", "h": "-O0"}
     for text, longest in split:
-        names = set(re.findall(r"void ([lt])__\w+__ptrs", text))
-        assert len(names) == 1
-        assert longest == len(long_section if names == {"l"} else short_section)
-        assert ("-O1" in commands.unit_flags(TOOLCHAIN, longest)) == (names == {"l"})
+        (name,) = set(re.findall(r"void ([tlh])__\w+__ptrs", text))
+        assert longest == len(sections[name])
+        flags = commands.unit_flags(TOOLCHAIN, longest)
+        assert [f for f in flags if f.startswith("-O")] == [levels[name]], flags
+
+
+def test_symgrad_o0_bytes_moves_or_turns_off_the_o0_tier_and_keys_the_build(monkeypatch):
+    """``SYMGRAD_O0_BYTES``: the length past which a function compiles at -O0 (0: never); it is part of the
+    build key (a build made under another setting is not loaded for this one); a bad value is an error that
+    names the variable."""
+    from symgrad.backends.c.cffi_build import build_key
+
+    monkeypatch.delenv("SYMGRAD_O0_BYTES", raising=False)
+    default_key = build_key("int x;", "", TOOLCHAIN)
+    assert "-O0" in commands.unit_flags(TOOLCHAIN, commands.HUGE_SECTION_BYTES + 1)
+    monkeypatch.setenv("SYMGRAD_O0_BYTES", "0")
+    assert "-O1" in commands.unit_flags(TOOLCHAIN, 10**9)
+    assert build_key("int x;", "", TOOLCHAIN) != default_key
+    monkeypatch.setenv("SYMGRAD_O0_BYTES", "2e5")
+    assert "-O0" in commands.unit_flags(TOOLCHAIN, 200_001)
+    assert "-O3" in commands.unit_flags(TOOLCHAIN, 100)
+    for bad in ("lots", "-1"):
+        monkeypatch.setenv("SYMGRAD_O0_BYTES", bad)
+        with pytest.raises(ValueError, match="SYMGRAD_O0_BYTES"):
+            commands.unit_flags(TOOLCHAIN, 100)
 
 
 def test_compiles_run_a_few_at_a_time_in_order_and_stop_after_a_failure(monkeypatch, tmp_path):
@@ -190,3 +218,40 @@ def test_an_interrupted_build_starts_no_more_compiles(monkeypatch, tmp_path):
     with pytest.raises(KeyboardInterrupt):
         cffi_build._run_all([[f"u{k}"] for k in range(6)], tmp_path, 2)
     assert started[0] == "u0" and set(started) <= {"u0", "u1"}  # (u1 may have started before the interrupt)
+
+
+def test_a_function_built_at_o0_gives_the_numpy_targets_values(monkeypatch, tmp_path):
+    """``SYMGRAD_O0_BYTES=1``: every function builds at -O0 (what a very long one gets), with the same
+    results as the NumPy target (float64: rtol 1e-12; -O0 calls scalar libm where -O3 calls libmvec)."""
+    from symgrad.backends import get_backend_name
+
+    monkeypatch.setenv("SYMGRAD_O0_BYTES", "1")
+    monkeypatch.setenv("SYMGRAD_CACHE_DIR", str(tmp_path))
+    ran = []
+    run_command = cffi_build.run_command
+
+    def recording(cmd, *args, **kwargs):
+        ran.append(cmd)
+        return run_command(cmd, *args, **kwargs)
+
+    monkeypatch.setattr(cffi_build, "run_command", recording)
+
+    @sg.function
+    def o0_energy(p: sg.Vector(3), k):
+        r = sg.sqrt(p[0] ** 2 + p[1] ** 2 + p[2] ** 2)
+        return sg.softplus(k * (r - 1)) + sg.where(p[0] > 0, sg.log(1 + p[0]), p[0] ** 2)
+
+    rng = np.random.default_rng(0)
+    p, k, cot = rng.normal(size=(50, 3)), rng.normal(size=50), rng.normal(size=50)
+    c = o0_energy.compiled().value_and_vjp(p, k, cot)
+    kernels = [cmd for cmd in ran if "-c" in cmd and str(cmd[-1]).startswith("kernels")]
+    assert kernels and all("-O0" in cmd and "-O3" not in cmd for cmd in kernels), kernels
+    chosen = get_backend_name()
+    sg.set_backend("numpy")
+    try:
+        reference = o0_energy.value_and_vjp(p, k, cot)
+    finally:
+        sg.set_backend(chosen)
+    np.testing.assert_allclose(c[0], reference[0], rtol=1e-12)
+    for got, want in zip(c[1], reference[1]):
+        np.testing.assert_allclose(got, want, rtol=1e-12)

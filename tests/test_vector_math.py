@@ -169,12 +169,11 @@ def test_long_functions_keep_256_bit_vectors_and_a_width_the_user_set_is_kept():
     none of its kernels: a unit holding a function past ``WIDE_SECTION_BYTES`` is built without the probe's
     preference; short units keep it, and a width from ``SYMGRAD_CFLAGS`` (``wide`` False) is never dropped."""
     from symgrad import abi
-    from symgrad.backends.c.commands import WIDE_SECTION_BYTES, split_units
+    from symgrad.backends.c.commands import WIDE_SECTION_BYTES
     from symgrad.backends.c.commands import unit_flags as by_length
 
-    def unit_flags(tc, text):  # the flags of ``text`` built as one unit
-        ((_, longest),) = split_units(text, 1)
-        return by_length(tc, longest)
+    def unit_flags(tc, text):  # the flags of a unit holding all of ``text``
+        return by_length(tc, max(map(len, text.split("\n" + abi.SECTION_MARK))))
 
     wide = dataclasses.replace(TC, wide=True, flags=(*TC.flags, toolchain.WIDE_FLAG))
     user = dataclasses.replace(TC, wide=False, flags=(*TC.flags, toolchain.WIDE_FLAG))

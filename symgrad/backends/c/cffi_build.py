@@ -77,6 +77,7 @@ def build_key(source: str, cdef: str, tc: Toolchain) -> str:
         commands.SUPPORT_SOURCE,
         tc.identity(),
         " ".join(commands.sanitize_flags()),
+        str(commands.huge_section_bytes()),
         EXT_SUFFIX,
         PYTHON_INCLUDE,
         _versions(),

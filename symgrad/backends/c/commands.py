@@ -59,16 +59,16 @@ def cores() -> int:
 
 def split_units(source: str, cores: int) -> list[tuple[str, int]]:
     """``source`` as translation units, each with the length of the longest section it has a piece of (what
-    its flags go by): all of it for one core or up to ``UNIT_BYTES``; else its pieces (``units.cut``: one
-    program in one dtype each) gathered in file order up to ``len(source) / (cores * UNITS_PER_CORE)`` bytes
-    (and at least ``UNIT_BYTES``), pieces of sections built with other flags apart."""
+    its flags go by): all of it up to ``UNIT_BYTES``; else its pieces (``units.cut``: one program in one
+    dtype each) gathered in file order up to ``len(source) / (cores * UNITS_PER_CORE)`` bytes (and at least
+    ``UNIT_BYTES``; on one core, all), pieces of sections built with other flags apart."""
     whole = [(source, max(map(len, source.split("\n" + abi.SECTION_MARK))))]
-    if cores <= 1 or len(source) <= UNIT_BYTES:
+    if len(source) <= UNIT_BYTES:
         return whole
     head, pieces = units.cut(source)
     if len(pieces) < 2:
         return whole
-    target = max(UNIT_BYTES, len(source) // (cores * UNITS_PER_CORE))
+    target = max(UNIT_BYTES, len(source) // (cores * UNITS_PER_CORE)) if cores > 1 else len(source)
     groups: list[list[units.Piece]] = []
     for piece in pieces:
         last = groups[-1] if groups else None
@@ -80,6 +80,8 @@ def split_units(source: str, cores: int) -> list[tuple[str, int]]:
             groups.append([piece])
         else:
             last.append(piece)
+    if len(groups) == 1:
+        return whole
     return [(head + "\n" + "\n".join(p.text for p in g), max(p.section for p in g)) for g in groups]
 
 
@@ -91,30 +93,61 @@ def split_units(source: str, cores: int) -> list[tuple[str, int]]:
 #: then takes 121 ns per row instead of 15.
 LONG_SECTION_BYTES = 300_000
 
+#: A function whose C is longer than this (bytes) is compiled at -O0, unless ``SYMGRAD_O0_BYTES`` says
+#: otherwise (0: never). At -O1, gcc's time grows about with the square of a C function's length (its
+#: register allocation: a Lennard-Jones cluster's hvp, one dtype, 138 KB 2.2 s, 285 KB 10.4 s of CPU), to
+#: ~48 s for a 20-atom cluster's 1.9 MB and ~290 s for 30 atoms' 4.4 MB; at -O0 seconds (20 atoms: 8.5 s
+#: cold build, everything included), while its kernels run ~3x slower (value_and_vjp, one thread: 1.74 vs
+#: 4.98 us a row in float64, 0.90 vs 3.03 in float32). A 10-atom cluster (0.5 MB) stays at -O1.
+HUGE_SECTION_BYTES = 1_000_000
+
 #: A unit holding a function longer than this (bytes) keeps gcc's 256-bit vectors even where the toolchain
 #: prefers 512 bits: on the tet's 160 KB of C, 512-bit vectors doubled gcc's time (4.8 s -> 9.6 s) and made
 #: no kernel faster, while elementwise functions (under 40 KB each in examples/model.py) gain 1.1-2.6x.
 WIDE_SECTION_BYTES = 100_000
 
 
-def _kind(section: int) -> tuple[bool, bool]:
-    return section > LONG_SECTION_BYTES, section > WIDE_SECTION_BYTES
+def huge_section_bytes() -> int:
+    """``SYMGRAD_O0_BYTES``, else ``HUGE_SECTION_BYTES``: the length past which a function's C compiles at
+    -O0 (0: none does)."""
+    text = os.environ.get("SYMGRAD_O0_BYTES", "")
+    if not text:
+        return HUGE_SECTION_BYTES
+    try:
+        value = int(float(text))
+    except (ValueError, OverflowError):
+        value = -1
+    if value < 0:
+        raise ValueError(f"SYMGRAD_O0_BYTES={text!r} is not a number of bytes (0: never compile at -O0)")
+    return value
+
+
+def _level(section: int) -> str:
+    """The optimization level of a function whose C is ``section`` bytes long."""
+    huge = huge_section_bytes()
+    return "-O0" if 0 < huge < section else "-O1" if section > LONG_SECTION_BYTES else "-O3"
+
+
+def _kind(section: int) -> tuple[str, bool]:
+    return _level(section), section > WIDE_SECTION_BYTES
 
 
 def unit_flags(tc: Toolchain, longest: int) -> list[str]:
     """``tc``'s flags for a unit whose longest section (a kernel's functions) is ``longest`` bytes: -O3 made
-    -O1 past ``LONG_SECTION_BYTES``, and the probe's 512-bit preference dropped past ``WIDE_SECTION_BYTES``
-    (``SYMGRAD_CFLAGS``, after them, still has the last word; a width set there is kept)."""
+    -O1 past ``LONG_SECTION_BYTES`` and -O0 past ``huge_section_bytes()``, and the probe's 512-bit
+    preference dropped past ``WIDE_SECTION_BYTES`` (``SYMGRAD_CFLAGS``, after them, still has the last word;
+    a width set there is kept)."""
     flags = tc.flags
     if tc.wide and longest > WIDE_SECTION_BYTES:
         flags = tuple(f for f in flags if f != WIDE_FLAG)
-    return [("-O1" if f == "-O3" and longest > LONG_SECTION_BYTES else f) for f in flags]
+    level = _level(longest)
+    return [(level if f == "-O3" else f) for f in flags]
 
 
 def cffi_steps(tmp: Path, source: str, cdef: str, glue: str, tc: Toolchain, name: str, so: str) -> tuple:
-    """``kernels.c`` (-O3 and the probed flags, -O1 for a unit with a very long function; split into units
-    past ``UNIT_BYTES``) and cffi's wrapper (-O1: the cdef's Python glue and ``glue``) compile in parallel,
-    the longest units first, then link."""
+    """``kernels.c`` (-O3 and the probed flags, -O1 or -O0 for a unit with a very long function; split into
+    units past ``UNIT_BYTES``) and cffi's wrapper (-O1: the cdef's Python glue and ``glue``) compile in
+    parallel, the longest units first, then link."""
     import cffi
     from cffi.recompiler import make_c_source
 
