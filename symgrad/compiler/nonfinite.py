@@ -14,16 +14,15 @@ not finite, so that ``(x + nan)*0`` becomes SymPy's ``nan`` (refused at compile 
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import math
-import threading
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 import sympy
 from sympy.core.sympify import _convert_numpy_types, converter
+
+from symgrad.compiler.patching import Patch
 
 
 class NonFinite(sympy.AtomicExpr):
@@ -115,28 +114,21 @@ def _from_numpy(value: np.floating) -> sympy.Expr:
 
 
 _CONVERTERS: dict[type, Any] = {float: _from_float, np.floating: _from_numpy}
-_lock = threading.Lock()
-_active = 0
 _saved: dict[type, Any] = {}
 
 
-@contextlib.contextmanager
-def tracing() -> Iterator[None]:
-    """While it is entered (by any thread, nested or not), SymPy converts non-finite floats to ``NonFinite``
-    instead of ``oo``/``nan``; the previous converters come back when the last one leaves."""
-    global _active
-    with _lock:
-        if _active == 0:
-            _saved.clear()
-            _saved.update({t: converter[t] for t in _CONVERTERS if t in converter})
-            converter.update(_CONVERTERS)
-        _active += 1
-    try:
-        yield
-    finally:
-        with _lock:
-            _active -= 1
-            if _active == 0:
-                for t in _CONVERTERS:
-                    converter.pop(t, None)
-                converter.update(_saved)
+def _install() -> None:
+    _saved.clear()
+    _saved.update({t: converter[t] for t in _CONVERTERS if t in converter})
+    converter.update(_CONVERTERS)
+
+
+def _remove() -> None:
+    for t in _CONVERTERS:
+        converter.pop(t, None)
+    converter.update(_saved)
+
+
+#: While it is entered (by any thread, nested or not), SymPy converts non-finite floats to ``NonFinite``
+#: instead of ``oo``/``nan``; the previous converters come back when the last one leaves.
+tracing = Patch(_install, _remove).held

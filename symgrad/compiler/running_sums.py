@@ -15,14 +15,13 @@ key gives); anything else (like terms to combine, numbers, orders, matrices, inf
 
 from __future__ import annotations
 
-import contextlib
-import threading
 from bisect import bisect_right
 from collections import deque
-from collections.abc import Iterator
 
 import sympy
 from sympy.core.basic import _args_sortkey
+
+from symgrad.compiler.patching import Patch
 
 #: sums shorter than this are flattened by SymPy (nothing to gain)
 MIN_TERMS = 16
@@ -42,8 +41,6 @@ class _Sum:
 
 
 _recent: deque[_Sum] = deque(maxlen=4)  # the last sums built by ``_appended``; any thread's
-_lock = threading.Lock()
-_active = 0
 
 
 def _key(term: sympy.Basic) -> sympy.Basic | None:
@@ -102,20 +99,15 @@ def _flatten(cls: type, seq: list) -> tuple:
     return _sympy_flatten.__func__(cls, seq)
 
 
-@contextlib.contextmanager
-def appending() -> Iterator[None]:
-    """While entered (by any thread, nested or not), ``Add`` flattens a running sum plus new terms with
-    ``_appended``; SymPy's own flatten comes back when the last one leaves."""
-    global _active
-    with _lock:
-        if _active == 0:
-            sympy.Add.flatten = classmethod(_flatten)
-        _active += 1
-    try:
-        yield
-    finally:
-        with _lock:
-            _active -= 1
-            if _active == 0:
-                sympy.Add.flatten = _sympy_flatten
-                _recent.clear()
+def _install() -> None:
+    sympy.Add.flatten = classmethod(_flatten)
+
+
+def _remove() -> None:
+    sympy.Add.flatten = _sympy_flatten
+    _recent.clear()
+
+
+#: While entered (by any thread, nested or not), ``Add`` flattens a running sum plus new terms with
+#: ``_appended``; SymPy's own flatten comes back when the last one leaves.
+appending = Patch(_install, _remove).held
