@@ -96,8 +96,6 @@ def _chain(node: Node, buffers: dict, leaves: dict, captured: dict | None, retai
             return []
         inputs = node.inputs
         in_grads = _node_backward(node, grads, captured, retain_graph, graph)
-        if len(in_grads) != len(inputs):
-            in_grads = (tuple(in_grads) + (None,) * len(inputs))[: len(inputs)]
         parents = []
         for inp, g in zip(inputs, in_grads):
             if inp is None:
@@ -155,8 +153,6 @@ def _propagate(roots: list, buffers: dict, leaves: dict, captured: dict | None, 
             in_grads: Any = (None,) * len(inputs)
         else:
             in_grads = _node_backward(node, grads, captured, retain_graph, graph)
-            if len(in_grads) != len(inputs):
-                in_grads = (tuple(in_grads) + (None,) * len(inputs))[: len(inputs)]
         for inp, g in zip(inputs, in_grads):
             if inp is None:
                 continue
@@ -201,8 +197,8 @@ def _to_buffer(node: Node, i: int, g: Any, buffers: dict) -> None:
 
 
 def _node_backward(node: Node, grads: list, captured: dict | None, retain_graph: bool, graph: bool) -> Any:
-    """``node``'s input gradients for the gradients ``grads`` of its outputs (hooks applied first); frees
-    what it saved unless ``retain_graph``."""
+    """``node``'s input gradients for the gradients ``grads`` of its outputs (hooks applied first), one per
+    input (a backward that returns fewer: None for the rest); frees what it saved unless ``retain_graph``."""
     # an output that got no gradient gets zeros, unless its backward takes None (``sg.Function``'s
     # ``set_materialize_grads(False)``: the backward itself decides, per call)
     if len(grads) > 1 and any(g is None for g in grads) and not hasattr(node.backward, "takes_none"):
@@ -222,7 +218,8 @@ def _node_backward(node: Node, grads: list, captured: dict | None, retain_graph:
             node.saved = FREED
         else:
             saved._release()
-    return in_grads
+    n = len(node.inputs)
+    return in_grads if len(in_grads) == n else (tuple(in_grads) + (None,) * n)[:n]
 
 
 def _wrap(g: Any) -> Any:
