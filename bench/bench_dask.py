@@ -41,10 +41,10 @@ import numpy as np
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "examples"))
-#: a BA chunk's results (4e6 rows: 272 MB) do not fit symgrad's default 256 MB pool of result buffers, and a
-#: worker holds a few chunks' results at once (their sums run after the next kernels): each chunk would
-#: page-fault its results in afresh (+60% CPU, in system time). Here and on the workers (who inherit it):
-#: room for several chunks' results.
+#: a BA chunk's results (4e6 rows: 272 MB) do not fit symgrad's default 256 MB pool of result buffers: the
+#: in-process reference calls would page-fault their results in afresh each time (+20-60% CPU). Dask's
+#: chunks grow their process's pool to what they hold at once by themselves (symgrad.interop.dask); this
+#: fixed size (inherited by the workers) keeps the two paths comparable.
 os.environ.setdefault("SYMGRAD_POOL_MB", "2048")
 
 from common import best_time, sg  # noqa: E402

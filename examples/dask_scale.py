@@ -30,9 +30,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-#: room for a few chunks' results in symgrad's pool of result buffers (default 256 MB): a BA chunk's
-#: Jacobian values alone are 240 MB, and results that do not fit are page-faulted in afresh for every chunk.
-#: Set here, before symgrad loads; LocalCluster's workers inherit it (on a real cluster: the workers' env).
+#: room for a BA chunk's results in symgrad's pool of result buffers (default 256 MB) for the kernel-only
+#: reference call made here: its Jacobian values alone are 240 MB, and results that do not fit are
+#: page-faulted in afresh each call. (Dask's chunks grow their worker's pool by themselves.)
 os.environ.setdefault("SYMGRAD_POOL_MB", "1024")
 
 import dask  # noqa: E402

@@ -382,3 +382,43 @@ def test_the_tasks_making_a_chunks_arguments_fuse_into_its_kernel_task(model):
     eager = model.rotate.value_and_vjp(v, np.linspace(0, 3, 40), np.ones(2))
     for lazy, want in zip(got, (eager[0], *eager[1])):
         np.testing.assert_allclose(lazy, want, rtol=RTOL[np.float64])
+
+
+@pytest.mark.parametrize("explicit", [False, True])
+def test_a_workers_pool_grows_to_hold_its_chunks_results_unless_symgrad_pool_mb_is_set(
+    model, monkeypatch, explicit
+):
+    """Chunks whose results exceed the result pool's cap page-faulted them in afresh, every chunk (bundle
+    adjustment at 4e6 rows: 272 MB a chunk against the default 256 MB, +50% CPU a chunk). The pool now
+    grows to the most chunk results alive at once plus one chunk's, so that a worker's later chunks
+    allocate nothing; a cap set with SYMGRAD_POOL_MB is kept."""
+    from symgrad.backends import get_backend_name
+    from symgrad.backends.c import pool
+    from symgrad.interop import dask as sg_dask
+
+    if get_backend_name() != "c":
+        pytest.skip("the result pool is the C backend's")
+    rows = pool.POOL_MIN // 8 * 2  # 512 KiB per float64 result: pooled
+    monkeypatch.setattr(pool, "_CAPACITY", pool.POOL_MIN * 2)
+    monkeypatch.setattr(pool, "_EXPLICIT", explicit)
+    monkeypatch.setattr(sg_dask, "_alive", [0, 0])
+    pool.release()
+    allocated = []
+    alloc = pool._alloc
+    monkeypatch.setattr(pool, "_alloc", lambda kind, size: allocated.append(size) or alloc(kind, size))
+    x = da.from_array(np.linspace(0.1, 1.0, 4 * rows), chunks=rows)
+    y = da.from_array(np.linspace(1.0, 2.0, 4 * rows), chunks=rows)
+
+    def run():
+        outs, grads = model.pair.value_and_vjp(x, y, 1.0, 1.0)
+        return dask.compute(*(o.sum() for o in outs), *(g.sum() for g in grads), scheduler="sync")
+
+    first = run()
+    before = len(allocated)
+    assert run() == first
+    if explicit:
+        assert pool._CAPACITY == pool.POOL_MIN * 2 and len(allocated) > before
+    else:
+        assert pool._CAPACITY >= 2 * 4 * rows * 8  # four results a chunk, two chunks
+        assert len(allocated) == before, "a later chunk allocated its results afresh"
+    pool.release()

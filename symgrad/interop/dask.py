@@ -22,9 +22,10 @@ OpenMP: Dask already runs one task per core, so a chunk's kernel runs on one thr
 ``set_chunk_threads(k)`` (or ``SYMGRAD_DASK_THREADS=k``) gives k OpenMP threads per chunk, 0 leaves
 symgrad's setting as it is. It applies to graphs built afterwards (the count travels with the graph to
 the workers). Functions travel to worker processes as small references (``symgrad.compiled.reference``).
-A worker holds a few chunks' results at once: where they pass the C backend's pool of result buffers
-(``SYMGRAD_POOL_MB``, 256 by default), each chunk page-faults its results in afresh; raise it on workers
-(bundle adjustment, 4e6-row chunks: 272 MB of results a chunk, +50% CPU a chunk at the default).
+A worker holds a few chunks' results at once; the C backend's pool of result buffers grows to hold the
+most that were alive at once plus one chunk's (``_track``), unless ``SYMGRAD_POOL_MB`` sets its size:
+blocks that do not fit are page-faulted in afresh for every chunk (bundle adjustment, 4e6-row chunks:
+272 MB of results a chunk, +50% CPU a chunk at the fixed default of 256 MB).
 
 Tasks: the tasks that make a chunk's arguments (``map_blocks``, elementwise steps) fuse into its kernel's
 task; each result a graph reads from it is a task more per chunk (with what reduces it there, e.g. the
@@ -35,12 +36,15 @@ chunks so that a kernel takes tens of milliseconds or more.
 from __future__ import annotations
 
 import os
+import threading
+import weakref
 from typing import Any
 
 import dask.array as da
 import numpy as np
 
 from symgrad.backends import c as c_backend
+from symgrad.backends.c import pool
 from symgrad.compiled.arguments import (
     bind,
     broadcast_batches,
@@ -111,6 +115,34 @@ def _filled(value: Any, full: tuple, dtype: np.dtype) -> np.ndarray:
     return filled
 
 
+#: bytes of pooled chunk results alive in this process now, and the most at once (sizes the result pool)
+_alive = [0, 0]
+_lock = threading.Lock()
+
+
+def _track(results: tuple) -> None:
+    """Count a chunk's pooled results while they live, and let the C backend's result pool hold the most
+    that were alive at once plus one chunk's: a worker holds several chunks' results (their reductions run
+    after later kernels), and blocks that do not fit in the pool are page-faulted in afresh (bundle
+    adjustment, 4e6-row chunks: 272 MB a chunk against the default 256 MB, +50% CPU a chunk)."""
+    pooled = [r for r in results if isinstance(r, np.ndarray) and r.nbytes >= pool.POOL_MIN]
+    if not pooled:
+        return
+    size = sum(r.nbytes for r in pooled)
+    with _lock:
+        _alive[0] += size
+        _alive[1] = max(_alive)
+        peak = _alive[1]
+    for r in pooled:
+        weakref.finalize(r, _died, r.nbytes)
+    pool.hold_at_least(peak + size)
+
+
+def _died(nbytes: int) -> None:
+    with _lock:
+        _alive[0] -= nbytes
+
+
 class _Chunk:
     """One task's work: the in-memory entry point on the chunks (arrays) and the values (the rest)."""
 
@@ -158,6 +190,7 @@ class _Chunk:
         finally:
             if self.threads:
                 c_backend.set_num_threads(before)
+        _track(results)
         for k in self.fills:  # a filled argument's gradient: summed to its shape, as the in-memory path does
             g = k + self.n_full
             if g in self.shapes and results[g] is not None:

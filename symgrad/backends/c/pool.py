@@ -10,9 +10,10 @@ The pool keeps at most ``$SYMGRAD_POOL_MB`` MiB (default 256; 0 turns it off) of
 exact size; a block that would not fit evicts the blocks kept longest, oldest size first, until it fits (a
 call whose results together exceed the cap keeps its last blocks instead of losing all of them, and a
 workload whose sizes change is not pinned to old ones). ``release()`` hands every unused block back to the
-system, like ``torch.cuda.empty_cache()``. Results are ordinary writeable, C-contiguous arrays whose ``base``
-is the block's buffer, and start on an ``ALIGN``-byte boundary: malloc's 16 bytes left 512-bit stores split
-across cache lines (softplus ``value_and_vjp`` 2-10 % slower, N = 1e5 to 1e6).
+system, like ``torch.cuda.empty_cache()``; ``hold_at_least`` raises the cap where the variable does not
+set it. Results are ordinary writeable, C-contiguous arrays whose ``base`` is the block's buffer, and start
+on an ``ALIGN``-byte boundary: malloc's 16 bytes left 512-bit stores split across cache lines (softplus
+``value_and_vjp`` 2-10 % slower, N = 1e5 to 1e6).
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ _lock = threading.Lock()
 
 def _capacity() -> int:
     try:
-        return max(0, int(float(os.environ.get("SYMGRAD_POOL_MB", "256")) * (1 << 20)))
+        return max(0, int(float(os.environ.get("SYMGRAD_POOL_MB") or "256") * (1 << 20)))
     except (ValueError, OverflowError):
         raise ValueError(
             f"SYMGRAD_POOL_MB={os.environ['SYMGRAD_POOL_MB']!r} is not a number of MiB"
@@ -46,6 +47,16 @@ def _capacity() -> int:
 
 
 _CAPACITY = _capacity()
+_EXPLICIT = bool(os.environ.get("SYMGRAD_POOL_MB"))
+
+
+def hold_at_least(nbytes: int) -> None:
+    """Raise the cap to ``nbytes`` unless ``SYMGRAD_POOL_MB`` sets it: a caller that knows its working set
+    (a Dask worker: the results of the chunks it runs at once, and one more) keeps those blocks instead of
+    page-faulting them in afresh for every chunk. It never lowers the cap."""
+    global _CAPACITY
+    if not _EXPLICIT and nbytes > _CAPACITY:
+        _CAPACITY = nbytes
 
 
 def _give_back(block) -> None:
