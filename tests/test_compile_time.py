@@ -323,3 +323,17 @@ def test_debug_stage_times_count_the_tracing_of_a_function_compiled_on_first_cal
     slow_to_trace(np.ones(3))
     seconds = re.search(r"slow_to_trace: trace ([0-9.]+) s", capsys.readouterr().err)
     assert seconds is not None and float(seconds.group(1)) >= 0.2
+
+
+def test_a_long_sum_differentiates_with_respect_to_each_symbol_in_linear_work():
+    """``fastdiff.diff`` of a sum with respect to each of its n symbols visited all n terms each time (n**2
+    calls: lowering a 45-atom cluster, whose energy sums 990 pair terms, spent 28 s, 2.3x the pairs of 30
+    atoms costing 3.9x the time); it now visits the terms that hold the symbol. Same derivatives."""
+    n = 400
+    t = sympy.symbols(f"t_lin0:{n}", real=True)
+    total = sum((k % 7 + 1) * v**2 for k, v in enumerate(t))
+    diff.cache_clear()
+    got = [diff(total, v) for v in t]
+    info = diff.cache_info()
+    assert info.hits + info.misses <= 6 * n, info
+    assert got == [2 * (k % 7 + 1) * v for k, v in enumerate(t)]
