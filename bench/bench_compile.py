@@ -9,6 +9,8 @@ Stages, seconds of CPU time: trace, derive (the forward program), lower (every p
 Hessian where it fits, hvp), emit per target, and gcc (the C backend's cold build of the package, in a cache
 directory of its own: this process's CPU time and its compiler processes'). CPU time, not wall time: other
 load on a shared machine does not inflate it (gcc's units run in parallel, so gcc's wall time is shorter).
+Last column: each cluster's value_and_vjp in microseconds per row (float64, one thread), which shows what
+the -O0 build of a function past 1 MB of C (``SYMGRAD_O0_BYTES``) costs at run time.
 """
 
 # no `from __future__ import annotations`: the annotations sg.Matrix(n, 3) read the closure's n
@@ -19,8 +21,10 @@ import resource
 import sys
 import tempfile
 import time
+import timeit
 from pathlib import Path
 
+import numpy as np
 from common import sg
 
 import emitters
@@ -72,6 +76,22 @@ def stages(fn, tmp: Path) -> dict[str, float]:
     return times
 
 
+def lj_row_us(fn, n: int, tmp: Path) -> float:
+    """value_and_vjp of an n-atom cluster's package (built by ``stages``), float64, one thread: best
+    microseconds per row (atoms on a jittered grid, so no pair is near r = 0)."""
+    from symgrad.backends.c import set_num_threads
+    from symgrad.compiled import load_package
+
+    f = load_package(tmp / f"{fn.name}_symgrad", quiet=True)[fn.name]
+    rows = 2000
+    rng = np.random.default_rng(0)
+    grid = np.stack(np.meshgrid(*[np.arange(5)] * 3, indexing="ij"), -1).reshape(-1, 3)[:n] * 1.5
+    x = grid + 0.1 * rng.normal(size=(rows, n, 3))
+    set_num_threads(1)
+    best = min(timeit.repeat(lambda: f.value_and_vjp(x, np.ones(rows)), number=1, repeat=5))
+    return best / rows * 1e6
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="the smaller functions only (under a minute)")
@@ -82,15 +102,18 @@ def main() -> None:
         cases += [("tanh MLP 10x20", tanh_mlp(10, 20)), ("tanh MLP 3x60", tanh_mlp(3, 60))]
     cases.append(("BA residual", ba_residual()))
     columns = ["trace", "derive", "lower", "emit c", "emit numpy", "gcc"]
-    print(f"# compile time per stage, seconds of CPU time ({'quick' if args.quick else 'full'})")
-    print(f"| function | {' | '.join(columns)} | total |")
-    print("|---" * (len(columns) + 2) + "|")
+    print(f"# compile time per stage, seconds of CPU time ({'quick' if args.quick else 'full'}); us/row: a")
+    print("# cluster's value_and_vjp, float64, one thread (functions past 1 MB of C build at -O0)")
+    print(f"| function | {' | '.join(columns)} | total | us/row |")
+    print("|---" * (len(columns) + 3) + "|")
     with tempfile.TemporaryDirectory() as tmp:
         os.environ["SYMGRAD_CACHE_DIR"] = str(Path(tmp) / "cache")  # every C build cold
         for label, fn in cases:
             t = stages(fn, Path(tmp))
             cells = " | ".join(f"{t[c]:.2f}" for c in columns)
-            print(f"| {label} | {cells} | {sum(t.values()):.2f} |", flush=True)
+            atoms = int(label.split()[1]) if label.startswith("LJ") else 0
+            row = f"{lj_row_us(fn, atoms, Path(tmp)):.2f}" if atoms else "-"
+            print(f"| {label} | {cells} | {sum(t.values()):.2f} | {row} |", flush=True)
 
 
 if __name__ == "__main__":
