@@ -159,18 +159,10 @@ def _propagate(roots: list, buffers: dict, leaves: dict, captured: dict | None, 
             parent = inp.grad_fn
             if parent is None:
                 if g is not None:
-                    entry = leaves.get(id(inp))
-                    if entry is None:
-                        leaves[id(inp)] = [inp, g]
-                    else:
-                        entry[1] = entry[1] + g
+                    _to_leaf(inp, g, leaves)
                 continue
             if g is not None:
-                buf = buffers.get(parent)
-                if buf is None:
-                    buf = buffers[parent] = [None] * len(parent.outs)
-                i = inp._oi
-                buf[i] = g if buf[i] is None else buf[i] + g
+                _to_buffer(parent, inp._oi, g, buffers)
             left = consumers.get(parent, 0) - 1  # (absent: an in-place op in a hook moved inp)
             consumers[parent] = left
             if left == 0:
