@@ -34,7 +34,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "examples"))
 
-from common import optional_jax, optional_torch  # noqa: E402
+from common import best_time, optional_jax, optional_torch  # noqa: E402
 from neo_hookean import LAM, MU, neo_hookean, tet_energy  # noqa: E402
 
 import symgrad as sg  # noqa: E402
@@ -238,6 +238,17 @@ def static_table() -> None:
         )
 
 
+def write_floor(n: int = 10**5) -> str:
+    """The time one thread takes merely to write the spring's 21 outputs a row (value, 1 x 4 gradient, 4 x 4
+    Hessian): ``fill`` of preallocated arrays, the least any kernel that returns them can take."""
+    cells = []
+    for dtype in (np.float64, np.float32):
+        arrays = [np.empty(shape, dtype) for shape in ((n,), (n, 1, 4), (n, 4, 4))]
+        seconds = best_time(lambda: [a.fill(1.0) for a in arrays], 10, 0.05)
+        cells.append(f"{np.dtype(dtype).name} {seconds / n * 1e9:.1f} ns")
+    return f"\nwrite floor of the spring's 21 outputs a row, N = 1e5, one thread: {', '.join(cells)}"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="N = 1e3, 1e5 and fewer repeats")
@@ -265,6 +276,7 @@ def main() -> None:
         f"{build:.2f} s wall, {build_cpu:.2f} s processor)\n"
     )
     static_table()
+    print(write_floor())
     print(
         "\n| function | dtype | N | threads | symgrad value+J+H | per element | jax | jax / symgrad | "
         "torch (H only) | torch / symgrad |"
