@@ -187,6 +187,8 @@ def test_long_c_build_on_first_call_says_so_unless_quiet(tmp_path, capsys, monke
 
     monkeypatch.setattr(progress, "NOTICE_AFTER", 0.01)  # a gcc run takes longer
     monkeypatch.delenv("SYMGRAD_QUIET", raising=False)
+    # a cache of its own: `make test` keeps one across runs, where a second run found these builds done
+    monkeypatch.setenv("SYMGRAD_CACHE_DIR", str(tmp_path / "cache"))
     previous = sg.get_backend()
     sg.set_backend("c")
     try:
