@@ -250,6 +250,11 @@ def sum_to_shape(g: np.ndarray, shape: tuple) -> np.ndarray:
     """Sum ``g`` over the axes that broadcasting added or stretched to reach ``shape``."""
     if g.shape == shape:
         return g
+    lead = g.ndim - len(shape)
+    if lead < 0:
+        return g.reshape(shape)
     axes = broadcast_axes(g.shape, shape)
-    g = g.sum(axis=axes, keepdims=True) if axes else g
-    return g.reshape(shape)
+    if len(axes) == lead:  # only added axes: summed away, nothing to reshape (``np.add.reduce``: the tape's
+        return np.add.reduce(g, axis=axes)  # hot path, half the cost of ``np.sum``'s wrapper)
+    g = np.add.reduce(g, axis=axes, keepdims=True)
+    return g.reshape(shape) if lead else g

@@ -24,6 +24,7 @@ import numpy as np
 
 from symgrad.abi import FLOAT_DTYPES
 from symgrad.compiled import register_tensor_hook
+from symgrad.compiled.arguments import sum_to_shape
 from symgrad.errors import ArgumentError
 from symgrad.runtime.autograd import Node, mode
 from symgrad.runtime.compiled_backward import record_vjp
@@ -221,33 +222,28 @@ def _broadcast_jacobian_backward(node: Node, grads: list, graph: bool) -> tuple:
         return _recorded(node, grads)
     ja, jb, a, b = node.saved
     g = grads[0]
-    return None if ja is None else _summed(g * ja, a), None if jb is None else _summed(g * jb, b)
+    ga = None if ja is None else sum_to_shape(g * ja, a.shape)
+    return ga, None if jb is None else sum_to_shape(g * jb, b.shape)
+
+
+def _columns(node: Node) -> tuple:
+    """(columns, inputs): the gradient of input k is ``g * columns[k]`` summed to ``inputs[k]``'s shape
+    (None: no gradient), with ``g`` the output's. The engine's lone path accumulates these products itself
+    (``engine._accumulate_products``) instead of calling ``backward``."""
+    saved = node.saved
+    n = len(saved) // 2
+    return saved[:n], saved[n:]
+
+
+_jacobian_backward.factors = _broadcast_jacobian_backward.factors = _columns
 
 
 def _recorded(node: Node, grads: list) -> tuple:
     """A Jacobian-saving node's gradients under ``create_graph=True``, recorded (``compiled_backward``)."""
-    saved = node.saved
-    n = len(saved) // 2
+    columns, inputs = _columns(node)
     g = grads[0].data
-    results = tuple([None if c is None else _summed(g * c, x) for c, x in zip(saved[:n], saved[n:])])
-    return record_vjp(node, saved[n:], grads, results)
-
-
-def _summed(g: np.ndarray, x: Any) -> np.ndarray:
-    """The gradient ``g`` of an input ``x`` (an array here) that broadcasting stretched to ``g``'s shape,
-    summed back to ``x``'s shape (over the axes broadcasting added or stretched from 1)."""
-    shape = x.shape
-    if g.shape == shape:
-        return g
-    lead = g.ndim - len(shape)
-    stretched = ()
-    for i, n in enumerate(shape):
-        if n == 1 and g.shape[lead + i] != 1:
-            stretched += (lead + i,)
-    if not stretched:
-        return np.add.reduce(g, axis=tuple(range(lead)))
-    g = np.add.reduce(g, axis=tuple(range(lead)) + stretched, keepdims=True)
-    return g.reshape(shape) if lead else g
+    results = tuple(None if c is None else sum_to_shape(g * c, np.shape(x)) for c, x in zip(columns, inputs))
+    return record_vjp(node, inputs, grads, results)
 
 
 def _vjp_backward(node: Node, grads: list, graph: bool) -> tuple:

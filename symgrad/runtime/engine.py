@@ -16,6 +16,8 @@ from typing import Any
 
 import numpy as np
 
+from symgrad.backends.fused import MUL_ADD as _MUL_ADD
+from symgrad.compiled.arguments import sum_to_shape
 from symgrad.runtime import inplace as _inplace
 from symgrad.runtime.autograd import _SECOND_BACKWARD, FREED, Node, mode
 
@@ -61,6 +63,24 @@ def run_backward(
 
 def _lone(node: Node, index: int, seeds: list, retain_graph: bool, create_graph: bool) -> None:
     """``run_backward`` from output ``index`` of ``node``, whose inputs are all leaves."""
+    inputs = node.inputs
+    factors = getattr(node.backward, "factors", None)
+    if (
+        factors is not None
+        and not create_graph
+        and node.hooks is None
+        and (len(inputs) < 2 or inputs[0] is not inputs[1])
+    ):  # the hot path: gradients that are the seed times saved arrays (a Jacobian-saving op)
+        saved = node.saved
+        if saved is FREED:
+            raise RuntimeError(_SECOND_BACKWARD)
+        if _inplace._VERSIONS:
+            _inplace.check(node)
+        products = factors(node)
+        if not retain_graph:
+            node.saved = FREED
+        _accumulate_products(inputs, seeds[0], products, seeds)
+        return None
     grads = [seeds[0]]
     n = len(node.outs)
     if n > 1:
@@ -297,6 +317,39 @@ def _accumulate_all(pairs: Any, graph: bool, kept: list) -> None:
             _accumulate(leaf, g, graph, kept)
 
 
+def _accumulate_products(leaves: tuple, g: np.ndarray, factors: tuple, kept: list) -> None:
+    """``_accumulate_all`` of the gradients ``g * columns[k]`` summed to the shapes of ``inputs[k]``
+    (``factors``: (columns, inputs)) into distinct ``leaves``: where no sum is needed and a ``.grad`` is
+    already an array of the leaf's shape and dtype, one fused call adds the product in place
+    (``fused.MUL_ADD``, same rounding), else through ``_accumulate``."""
+    columns, inputs = factors
+    for leaf, c in zip(leaves, columns):
+        if c is not None and leaf is not None and leaf._hooks:  # hooks see each gradient first
+            grads = [None if c is None else sum_to_shape(g * c, np.shape(x)) for c, x in zip(columns, inputs)]
+            _accumulate_all(tuple(zip(leaves, grads)), False, kept)
+            return
+    mul_add = _MUL_ADD[0]
+    with _ACCUMULATING:
+        for leaf, c, x in zip(leaves, columns, inputs):
+            if c is None or leaf is None:
+                continue
+            shape = x.shape
+            if c.shape == shape:
+                grad = leaf.grad
+                if grad is not None and mul_add is not None:
+                    acc = grad.data
+                    if (
+                        type(acc) is np.ndarray
+                        and acc.dtype is leaf.data.dtype
+                        and acc.shape == shape
+                        and mul_add(acc, g, c)
+                    ):
+                        continue
+                _accumulate(leaf, g * c, False, kept)
+            else:
+                _accumulate(leaf, sum_to_shape(g * c, shape), False, kept)
+
+
 def _accumulate(leaf: Any, g: Any, graph: bool, kept: list) -> None:
     """Add ``g`` to ``leaf.grad`` (the caller holds ``_ACCUMULATING``); ``kept``: arrays that may not become a
     ``.grad`` as they are (the seeds, and those already kept by another leaf), extended with the one kept
@@ -305,6 +358,18 @@ def _accumulate(leaf: Any, g: Any, graph: bool, kept: list) -> None:
     if graph:
         leaf.grad = _wrap(g) if grad is None else grad + g
         return
+    if grad is not None:  # the hot path: a gradient of the leaf's shape and dtype into a writable .grad
+        acc = grad.data
+        if (
+            type(g) is np.ndarray
+            and type(acc) is np.ndarray
+            and g.dtype is acc.dtype
+            and acc.dtype is leaf.data.dtype
+            and acc.shape == g.shape
+            and acc.flags.writeable
+        ):
+            acc += g
+            return
     if type(g) is not np.ndarray:
         g = np.asarray(g)
     dtype = leaf.data.dtype

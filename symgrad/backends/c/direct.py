@@ -11,7 +11,9 @@ a one-element array of the kernel's dtype. An array that is not C-contiguous or 
 ``itemsize`` (or a result that is not writable) raises ValueError before anything runs. The caller has
 checked dtypes and shapes, as it does for cffi.
 
-``caller()`` is None when the extension cannot be built; the backend then keeps cffi's call.
+The extension's ``mul_add`` (``acc += g * j`` on small float arrays) becomes ``symgrad.backends.fused``'s, for
+the tape's gradient accumulation. ``caller()`` is None when the extension cannot be built; the backend then
+keeps cffi's call (and the tape NumPy's accumulation).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+from symgrad.backends import fused
 from symgrad.backends.c import cffi_build
 from symgrad.debug import debug, say
 from symgrad.errors import CompileError, CompilerUnavailable
@@ -42,7 +45,9 @@ def caller() -> Callable[..., None] | None:
     """The extension's ``call``, built on first use; None (cffi's call stays) when it cannot be built."""
     if not _caller:
         try:
-            _caller.append(cffi_build.load_extension(_source(), LABEL).call)
+            module = cffi_build.load_extension(_source(), LABEL)
+            _caller.append(module.call)
+            fused.MUL_ADD[0] = module.mul_add
         except (CompileError, CompilerUnavailable, ImportError, OSError) as exc:
             if debug(1):
                 say(f"the direct kernel call is unavailable ({exc}); using cffi's")

@@ -68,7 +68,100 @@ static PyObject *sg_call(PyObject *self, PyObject *const *args, Py_ssize_t nargs
     Py_RETURN_NONE;
 }
 
+/* A float64 ('d') or float32 ('f') buffer whose elements are equally spaced in C order (contiguous, or a
+   column of a contiguous array such as a Jacobian's), aligned: its element count and that spacing (in
+   elements) in *step; 0 (the buffer released) for anything else. */
+static Py_ssize_t sg_floats(PyObject *obj, Py_buffer *view, int writable, char *kind, Py_ssize_t *step)
+{
+    if (PyObject_GetBuffer(obj, view, PyBUF_FORMAT | PyBUF_STRIDES | (writable ? PyBUF_WRITABLE : 0)) < 0) {
+        PyErr_Clear();
+        return 0;
+    }
+    const char *f = view->format;
+    *kind = f != NULL && (f[0] == 'd' || f[0] == 'f') && f[1] == '\0' ? f[0] : 0;
+    const Py_ssize_t size = view->itemsize;
+    Py_ssize_t n = 1, expect = 0;
+    int ok = *kind != 0 && size == (*kind == 'd' ? 8 : 4) && (uintptr_t)view->buf % (uintptr_t)size == 0;
+    *step = 1;
+    for (int d = view->ndim - 1; ok && d >= 0; --d) {
+        const Py_ssize_t extent = view->shape[d], stride = view->strides[d];
+        if (extent == 1)
+            continue;
+        if (expect == 0) {
+            ok = stride > 0 && stride % size == 0;
+            *step = stride / size;
+            expect = stride;
+        }
+        ok = ok && stride == expect;
+        expect *= extent;
+        n *= extent;
+    }
+    for (int d = 0; d < view->ndim; ++d)
+        if (view->shape[d] == 0)
+            ok = 0; /* (nothing to add: the caller's fallback is as fast) */
+    if (!ok || (writable && *step != 1)) {
+        PyBuffer_Release(view);
+        return 0;
+    }
+    return n;
+}
+
+/* whether the elements of two buffers (count n, spacings sa and sb) lie in disjoint memory */
+static int sg_apart(const Py_buffer *a, Py_ssize_t n, Py_ssize_t sa, const Py_buffer *b, Py_ssize_t sb)
+{
+    const uintptr_t a0 = (uintptr_t)a->buf, b0 = (uintptr_t)b->buf;
+    const uintptr_t a1 = a0 + (uintptr_t)((n - 1) * sa + 1) * (uintptr_t)a->itemsize;
+    const uintptr_t b1 = b0 + (uintptr_t)((n - 1) * sb + 1) * (uintptr_t)b->itemsize;
+    return a1 <= b0 || b1 <= a0;
+}
+
+/* mul_add(acc, g, j): acc += g * j elementwise (the product rounded, then the sum, as NumPy's two steps
+   round them: the build passes -ffp-contract=off), on float arrays of one dtype and element count; acc
+   writable and contiguous, g and j contiguous or equally spaced (a Jacobian's column). True when done;
+   False, with acc untouched, for any other arguments (the caller then takes NumPy's path). */
+static PyObject *sg_mul_add(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    Py_buffer v[3];
+    char kind[3];
+    Py_ssize_t n[3], step[3];
+    int got = 0;
+    (void)self;
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "mul_add() takes three arrays: acc, g, j");
+        return NULL;
+    }
+    for (; got < 3; ++got) {
+        n[got] = sg_floats(args[got], &v[got], got == 0, &kind[got], &step[got]);
+        if (n[got] == 0)
+            break;
+    }
+    int ok = got == 3 && n[1] == n[0] && n[2] == n[0] && kind[1] == kind[0] && kind[2] == kind[0];
+    for (int k = 1; ok && k < 3; ++k) /* g or j in acc's memory: only as acc itself (each element reads its own) */
+        ok = v[k].buf == v[0].buf ? step[k] == 1 : sg_apart(&v[0], n[0], 1, &v[k], step[k]);
+    if (ok) {
+        const Py_ssize_t m = n[0], sg = step[1], sj = step[2];
+        if (kind[0] == 'd') {
+            double *a = v[0].buf;
+            const double *g = v[1].buf, *j = v[2].buf;
+            for (Py_ssize_t i = 0; i < m; ++i)
+                a[i] = a[i] + g[i * sg] * j[i * sj];
+        } else {
+            float *a = v[0].buf;
+            const float *g = v[1].buf, *j = v[2].buf;
+            for (Py_ssize_t i = 0; i < m; ++i)
+                a[i] = a[i] + g[i * sg] * j[i * sj];
+        }
+    }
+    for (int i = 0; i < got; ++i)
+        PyBuffer_Release(&v[i]);
+    if (ok)
+        Py_RETURN_TRUE;
+    Py_RETURN_FALSE;
+}
+
 static PyMethodDef sg_methods[] = {
+    {"mul_add", (PyCFunction)(void (*)(void))sg_mul_add, METH_FASTCALL,
+     "mul_add(acc, g, j): acc += g * j on float arrays of one dtype and size; False for other arguments"},
     {"call", (PyCFunction)(void (*)(void))sg_call, METH_FASTCALL,
      "call(address, n, n_inputs, itemsize, *arrays): run the kernel entry at address on the arrays' data"},
     {NULL, NULL, 0, NULL}

@@ -1,0 +1,191 @@
+"""The tape's fused gradient accumulation: ``mul_add(acc, g, j)`` (``acc += g * j`` in one C call, from the
+direct-call extension) and the engine's lone path that uses it for Jacobian-saving ops. The sum must be
+bit-identical to NumPy's two steps (``acc += g * j``), any argument the call cannot take must leave ``acc``
+untouched and return False, and every gradient must stay PyTorch's (rtol: float64 1e-12, float32 1e-5)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import symgrad as sg
+from symgrad.backends import fused
+
+pytestmark = pytest.mark.usefixtures("c_backend")
+
+
+@pytest.fixture
+def c_backend():
+    before = sg.get_backend()
+    sg.set_backend("c")
+    yield
+    sg.set_backend(before)
+
+
+@pytest.fixture
+def mul_add():
+    from symgrad.backends.c import direct
+
+    if direct.caller() is None:
+        pytest.skip("the direct-call extension cannot be built here")
+    return fused.MUL_ADD[0]
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("n", [1, 3, 10, 17, 1000, 65536])
+def test_mul_add_rounds_as_numpy_does(mul_add, dtype, n):
+    rng = np.random.default_rng(n)
+    acc, g, j = (rng.standard_normal(n).astype(dtype) * 10.0 ** rng.integers(-3, 4, n) for _ in range(3))
+    expected = acc + g * j
+    assert mul_add(acc, g, j) is True
+    assert np.array_equal(acc, expected)  # bit for bit: no fused multiply-add contraction
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_mul_add_reads_a_jacobians_column(mul_add, dtype):
+    jacobian = np.arange(60, dtype=dtype).reshape(3, 5, 1, 4) / 7  # batch (3, 5), one output, 4 inputs
+    g = np.linspace(-1, 1, 15).astype(dtype).reshape(3, 5)
+    for k in range(4):
+        column = jacobian[..., 0, k]  # equally spaced, not contiguous
+        acc = np.ones((3, 5), dtype)
+        assert mul_add(acc, g, column) is True
+        assert np.array_equal(acc, 1 + g * column)
+
+
+def test_mul_add_refuses_what_it_cannot_take_and_leaves_acc_untouched(mul_add):
+    acc = np.ones(4)
+    frozen = np.ones(4)
+    frozen.flags.writeable = False
+    mixed = np.ones((2, 4))[:, :2]  # a 2x2 view whose rows are apart: not equally spaced
+    refused = [
+        (acc, np.ones(4, np.float32), np.ones(4)),  # dtypes differ
+        (acc, np.ones(3), np.ones(3)),  # sizes differ
+        (np.ones(8)[::2], np.ones(4), np.ones(4)),  # acc not contiguous
+        (frozen, np.ones(4), np.ones(4)),  # acc read-only
+        (acc, mixed, np.ones(4)),  # g not equally spaced
+        (acc, np.ones(4)[::-1], np.ones(4)),  # negative stride
+        (np.ones(4, np.int64), np.ones(4, np.int64), np.ones(4, np.int64)),  # not float
+        (np.ones(0), np.ones(0), np.ones(0)),  # nothing to add
+        (acc, [1.0] * 4, np.ones(4)),  # not a buffer
+    ]
+    for args in refused:
+        before = args[0].copy()
+        assert mul_add(*args) is False
+        assert np.array_equal(args[0], before)
+    with pytest.raises(TypeError, match="three arrays"):
+        mul_add(acc, acc)
+
+
+def test_mul_add_refuses_overlapping_memory_but_takes_acc_itself(mul_add):
+    base = np.arange(8.0)
+    assert mul_add(base[:4], base[2:6], np.ones(4)) is False  # g overlaps acc, shifted
+    assert np.array_equal(base, np.arange(8.0))
+    acc = np.arange(4.0)
+    assert mul_add(acc, acc, np.full(4, 2.0)) is True  # acc += acc * 2: each element reads its own
+    assert np.array_equal(acc, np.arange(4.0) * 3)
+
+
+@pytest.fixture
+def swap():
+    """``swap(f)``: ``fused.MUL_ADD[0] = f`` until the test ends."""
+    before = fused.MUL_ADD[0]
+    yield lambda f: fused.MUL_ADD.__setitem__(0, f)
+    fused.MUL_ADD[0] = before
+
+
+def _counting(swap) -> list:
+    calls = []
+    real = fused.MUL_ADD[0]
+
+    def counted(acc, g, j):
+        done = real(acc, g, j)
+        calls.append(done)
+        return done
+
+    swap(counted)
+    return calls
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_a_lone_ops_gradients_accumulate_through_the_fused_call(mul_add, swap, dtype):
+    torch = pytest.importorskip("torch")
+    rtol = {"float64": 1e-12, "float32": 1e-5}[dtype]
+    a, b = np.linspace(0.5, 1.5, 10, dtype=dtype), np.linspace(1.0, 2.0, 10, dtype=dtype)
+    x, w = sg.tensor(a, requires_grad=True), sg.tensor(b, requires_grad=True)
+    tx, tw = torch.tensor(a, requires_grad=True), torch.tensor(b, requires_grad=True)
+    seed = np.linspace(-1, 1, 10, dtype=dtype)
+    calls = _counting(swap)
+    for _ in range(3):  # the first call makes each .grad, the others add into it in place
+        (x * w).backward(sg.tensor(seed))
+        x.sin().backward(sg.tensor(seed))
+        (x / 3.0).backward(sg.tensor(seed))
+        (tx * tw).backward(torch.tensor(seed))
+        tx.sin().backward(torch.tensor(seed))
+        (tx / 3.0).backward(torch.tensor(seed))
+    assert calls.count(True) >= 2 * 4 + 2  # every accumulation after the first of each leaf
+    np.testing.assert_allclose(x.grad.numpy(), tx.grad.numpy(), rtol=rtol)
+    np.testing.assert_allclose(w.grad.numpy(), tw.grad.numpy(), rtol=rtol)
+
+
+def test_the_fused_sum_equals_numpys_accumulation(mul_add, swap):
+    rng = np.random.default_rng(5)
+    a, b, s = (rng.standard_normal(33) for _ in range(3))
+    grads = []
+    for on in (True, False):
+        swap(mul_add if on else None)
+        x, w = sg.tensor(a, requires_grad=True), sg.tensor(b, requires_grad=True)
+        for _ in range(4):
+            (x * w).backward(sg.tensor(s))
+            x.exp().backward(sg.tensor(s))
+        grads.append((x.grad.numpy().copy(), w.grad.numpy().copy()))
+    assert all(np.array_equal(p, q) for p, q in zip(*grads))
+
+
+def test_the_lone_path_falls_back_where_the_fused_call_cannot_add(mul_add, swap):
+    """A read-only ``.grad``, one of another dtype, a leaf broadcast against another, the seed that is the
+    ``.grad`` itself, a hook on a leaf: the same values as PyTorch's."""
+    torch = pytest.importorskip("torch")
+    calls = _counting(swap)
+    x = sg.tensor(np.linspace(0.5, 1.5, 6), requires_grad=True)
+    tx = torch.tensor(np.linspace(0.5, 1.5, 6), requires_grad=True)
+    x.grad = sg.tensor(np.ones(6))
+    x.grad.data.flags.writeable = False  # not addable in place: a new .grad
+    x.sin().backward(sg.tensor(np.ones(6)))
+    assert calls == [False]
+    np.testing.assert_allclose(x.grad.numpy(), 1 + np.cos(np.linspace(0.5, 1.5, 6)), rtol=1e-12)
+    w1 = sg.tensor(np.array([1.5]), requires_grad=True)  # broadcast: summed back, NumPy's path
+    tw1 = torch.tensor(np.array([1.5]), requires_grad=True)
+    for _ in range(2):
+        (x * w1).backward(sg.tensor(np.full(6, 2.0)))
+        (tx * tw1).backward(torch.full((6,), 2.0, dtype=torch.float64))
+    np.testing.assert_allclose(w1.grad.numpy(), tw1.grad.numpy(), rtol=1e-12)
+    y = sg.tensor(np.linspace(1, 2, 6), requires_grad=True)
+    y.grad = sg.tensor(np.full(6, 0.5))
+    y.exp().backward(y.grad)  # the seed is the .grad it adds to
+    np.testing.assert_allclose(y.grad.numpy(), 0.5 + 0.5 * np.exp(np.linspace(1, 2, 6)), rtol=1e-12)
+    seen = []
+    z = sg.tensor(np.linspace(1, 2, 6), requires_grad=True)
+    z.register_hook(lambda g: seen.append(g.numpy().copy()) or g * 2)
+    z.grad = sg.tensor(np.zeros(6))
+    (z * 3.0).backward(sg.tensor(np.ones(6)))
+    assert np.array_equal(seen[0], np.full(6, 3.0))
+    np.testing.assert_allclose(z.grad.numpy(), np.full(6, 6.0), rtol=1e-12)
+
+
+def test_the_lone_path_checks_versions_after_any_in_place_op(mul_add, swap):
+    """Once any buffer was modified in place (an optimizer's step), the lone path still runs, and still
+    refuses an input modified since the op saved it, with PyTorch's error."""
+    calls = _counting(swap)
+    scratch = sg.tensor(np.zeros(3))
+    scratch.add_(1.0)  # some in-place op: version counting is on from now on
+    x = sg.tensor(np.linspace(0.5, 1.5, 4), requires_grad=True)
+    x.grad = sg.tensor(np.zeros(4))
+    x.exp().backward(sg.tensor(np.ones(4)))
+    assert calls == [True]
+    np.testing.assert_allclose(x.grad.numpy(), np.exp(np.linspace(0.5, 1.5, 4)), rtol=1e-12)
+    a = sg.tensor(np.linspace(1, 2, 4))
+    y = x * a
+    with sg.no_grad():
+        a.mul_(2.0)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        y.backward(sg.tensor(np.ones(4)))
