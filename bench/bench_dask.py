@@ -22,6 +22,8 @@ of the chunk time, from wall times ("wall") and from the workers' CPU times ("cp
 other processes on the machine, though not unmoved); "use": the 2 workers' CPU time / (2 x wall), well
 below 100% when other processes hold the cores (then no 2w/1w ratio means anything); "sched": CPU ms per
 chunk of this process (the scheduler and the client) during the 2-worker runs, taken from the same 2 cores;
+"gap": ms a worker's thread waits between the end of a task and the start of its next (1 worker: Dask's
+handling of each finished task, from ``get_task_stream``; times tasks per chunk, most of the overhead);
 peak RSS: the largest worker's during the row's runs (VmHWM, reset before them: it includes the pool of
 result buffers, ``SYMGRAD_POOL_MB``). Target: 2 workers >= 1.7x faster than 1 on a quiet 2-core machine.
 Skips (exit 0) when Dask or distributed is not installed.
@@ -56,7 +58,7 @@ try:
     import dask.array as da
     from dask._expr import FinalizeCompute
     from dask.base import collections_to_expr
-    from distributed import Client, LocalCluster
+    from distributed import Client, LocalCluster, get_task_stream
 except ImportError:
     dask = None
 
@@ -176,21 +178,40 @@ def _cluster(workers: int):
     return cluster, Client(cluster)
 
 
-def _on_cluster(client, lazy: list, repeats: int) -> tuple[float, float, float, float]:
+def _on_cluster(client, lazy: list, repeats: int) -> tuple[float, float, float, float, float]:
     """(best wall s, mean workers' CPU s, mean CPU s of this process: the scheduler and the client, largest
-    worker peak RSS MB) of computing ``lazy`` on ``client``."""
+    worker peak RSS MB, mean gap s between a worker thread's tasks) of computing ``lazy`` on ``client``."""
     if repeats > 1:
         client.gather(client.compute(lazy))  # warm: the workers make their rows (a one-off, like reading)
     client.run(_reset_peak)
-    best, cpu, here = float("inf"), 0.0, 0.0
+    best, cpu, here, gaps = float("inf"), 0.0, 0.0, []
     for _ in range(repeats):
         before, here_before = client.run(_cpu), _cpu()
         start = time.perf_counter()
-        client.gather(client.compute(lazy))
+        with get_task_stream(client) as stream:
+            client.gather(client.compute(lazy))
         best = min(best, time.perf_counter() - start)
         here += _cpu() - here_before
         cpu += sum(client.run(_cpu).values()) - sum(before.values())
-    return best, cpu / repeats, here / repeats, max(client.run(_peak_mb).values())
+        gaps += _gaps(stream.data)
+    gap = sum(gaps) / len(gaps) if gaps else float("nan")
+    return best, cpu / repeats, here / repeats, max(client.run(_peak_mb).values()), gap
+
+
+def _gaps(tasks: list) -> list:
+    """The idle time between consecutive tasks on each worker thread (s): a task's end to the next's start,
+    which is the scheduler's and the worker's own handling of a finished task (Dask, not the kernels)."""
+    runs: dict = {}
+    for task in tasks:
+        for part in task["startstops"]:
+            if part["action"] == "compute":
+                spans = runs.setdefault((task["worker"], task.get("thread")), [])
+                spans.append((part["start"], part["stop"]))
+    gaps = []
+    for spans in runs.values():
+        spans.sort()
+        gaps += [b[0] - a[1] for a, b in zip(spans, spans[1:])]
+    return gaps
 
 
 def _tasks(lazy: list) -> int:
@@ -246,7 +267,7 @@ def _row(name: str, fn, rows: int, chunk: int, clients: dict) -> str:
         dask.compute(*lazy, scheduler="threads", num_workers=2)
         threads = min(threads, time.perf_counter() - start)
     runs = {k: _on_cluster(client, lazy, repeats) for k, client in clients.items()}
-    (w1, c1, _, r1), (w2, c2, s2, r2) = runs[1], runs[2]
+    (w1, c1, _, r1, gap), (w2, c2, s2, r2, _) = runs[1], runs[2]
     wall_o = [(w * k / n_chunks - chunk_wall) / chunk_wall for k, (w, *_) in runs.items()]
     cpu_o = [(c / n_chunks - chunk_cpu) / chunk_cpu for c in (c1, c2)]
     return (
@@ -255,7 +276,7 @@ def _row(name: str, fn, rows: int, chunk: int, clients: dict) -> str:
         f"{w1 * 1e3:>8.1f} | {w2 * 1e3:>8.1f} | {w1 / w2:>5.2f}x | "
         f"{chunk_wall * 1e3:>6.1f} {chunk_cpu * 1e3:>6.1f} | "
         f"{wall_o[0]:>5.0%} {wall_o[1]:>5.0%} | {cpu_o[0]:>5.0%} {cpu_o[1]:>5.0%} | {c2 / (2 * w2):>4.0%} | "
-        f"{s2 / n_chunks * 1e3:>5.1f} | "
+        f"{s2 / n_chunks * 1e3:>5.1f} | {gap * 1e3:>4.1f} | "
         f"{r1:>5.0f} {r2:>5.0f}"
     )
 
@@ -263,7 +284,7 @@ def _row(name: str, fn, rows: int, chunk: int, clients: dict) -> str:
 HEADER = (
     f"{'fn':>6} | {'rows':>7} | {'chk':>3} | {'t/ch':>4} | {'in-proc':>8} | {'threads':>8} | "
     f"{'1 worker':>8} | {'2 worker':>8} | {'2w/1w':>6} | {'chunk wall cpu':>13} | {'ovh wall 1w 2w':>11} | "
-    f"{'ovh cpu 1w 2w':>11} | {'use':>4} | {'sched':>5} | {'RSS MB 1w 2w':>11}"
+    f"{'ovh cpu 1w 2w':>11} | {'use':>4} | {'sched':>5} | {'gap':>4} | {'RSS MB 1w 2w':>11}"
 )
 
 
