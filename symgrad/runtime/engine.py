@@ -69,7 +69,7 @@ def _lone(node: Node, index: int, seeds: list, retain_graph: bool, create_graph:
         factors is not None
         and not create_graph
         and node.hooks is None
-        and (len(inputs) < 2 or inputs[0] is not inputs[1])
+        and (len(inputs) == 1 or len(inputs) == 2 and inputs[0] is not inputs[1])
     ):  # the hot path: gradients that are the seed times saved arrays (a Jacobian-saving op)
         saved = node.saved
         if saved is FREED:
@@ -325,7 +325,7 @@ def _accumulate_products(leaves: tuple, g: np.ndarray, factors: tuple, kept: lis
     columns, inputs = factors
     for leaf, c in zip(leaves, columns):
         if c is not None and leaf is not None and leaf._hooks:  # hooks see each gradient first
-            grads = [None if c is None else sum_to_shape(g * c, np.shape(x)) for c, x in zip(columns, inputs)]
+            grads = [None if j is None else sum_to_shape(g * j, x.shape) for j, x in zip(columns, inputs)]
             _accumulate_all(tuple(zip(leaves, grads)), False, kept)
             return
     mul_add = _MUL_ADD[0]
@@ -358,18 +358,6 @@ def _accumulate(leaf: Any, g: Any, graph: bool, kept: list) -> None:
     if graph:
         leaf.grad = _wrap(g) if grad is None else grad + g
         return
-    if grad is not None:  # the hot path: a gradient of the leaf's shape and dtype into a writable .grad
-        acc = grad.data
-        if (
-            type(g) is np.ndarray
-            and type(acc) is np.ndarray
-            and g.dtype is acc.dtype
-            and acc.dtype is leaf.data.dtype
-            and acc.shape == g.shape
-            and acc.flags.writeable
-        ):
-            acc += g
-            return
     if type(g) is not np.ndarray:
         g = np.asarray(g)
     dtype = leaf.data.dtype
