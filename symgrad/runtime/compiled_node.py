@@ -218,12 +218,7 @@ def _jacobian_backward(node: Node, grads: list, graph: bool) -> tuple:
 
 def _broadcast_jacobian_backward(node: Node, grads: list, graph: bool) -> tuple:
     """``_jacobian_backward`` for broadcast inputs: each gradient summed back to its input's shape."""
-    if graph:
-        return _recorded(node, grads)
-    ja, jb, a, b = node.saved
-    g = grads[0]
-    ga = None if ja is None else sum_to_shape(g * ja, a.shape)
-    return ga, None if jb is None else sum_to_shape(g * jb, b.shape)
+    return _recorded(node, grads) if graph else _products(node, grads[0])
 
 
 def _columns(node: Node) -> tuple:
@@ -238,12 +233,15 @@ def _columns(node: Node) -> tuple:
 _jacobian_backward.factors = _broadcast_jacobian_backward.factors = _columns
 
 
+def _products(node: Node, g: np.ndarray) -> tuple:
+    """The inputs' gradients for the output's gradient ``g`` (``_columns``)."""
+    columns, inputs = _columns(node)
+    return tuple(None if c is None else sum_to_shape(g * c, np.shape(x)) for c, x in zip(columns, inputs))
+
+
 def _recorded(node: Node, grads: list) -> tuple:
     """A Jacobian-saving node's gradients under ``create_graph=True``, recorded (``compiled_backward``)."""
-    columns, inputs = _columns(node)
-    g = grads[0].data
-    results = tuple(None if c is None else sum_to_shape(g * c, np.shape(x)) for c, x in zip(columns, inputs))
-    return record_vjp(node, inputs, grads, results)
+    return record_vjp(node, _columns(node)[1], grads, _products(node, grads[0].data))
 
 
 def _vjp_backward(node: Node, grads: list, graph: bool) -> tuple:

@@ -66,10 +66,7 @@ def _lone(node: Node, index: int, seeds: list, retain_graph: bool, create_graph:
     inputs = node.inputs
     factors = getattr(node.backward, "factors", None)
     if (
-        factors is not None
-        and not create_graph
-        and node.hooks is None
-        and (len(inputs) == 1 or len(inputs) == 2 and inputs[0] is not inputs[1])
+        factors is not None and not create_graph and node.hooks is None and _plain_leaves(inputs)
     ):  # the hot path: gradients that are the seed times saved arrays (a Jacobian-saving op)
         saved = node.saved
         if saved is FREED:
@@ -317,17 +314,24 @@ def _accumulate_all(pairs: Any, graph: bool, kept: list) -> None:
             _accumulate(leaf, g, graph, kept)
 
 
+def _plain_leaves(inputs: tuple) -> bool:
+    """Whether ``inputs`` are one or two distinct leaves (or None) without hooks: their gradients go
+    straight into ``.grad`` (``_accumulate_products``)."""
+    a = inputs[0]
+    if a is not None and a._hooks:
+        return False
+    if len(inputs) == 1:
+        return True
+    b = inputs[1]
+    return len(inputs) == 2 and b is not a and (b is None or not b._hooks)
+
+
 def _accumulate_products(leaves: tuple, g: np.ndarray, factors: tuple, kept: list) -> None:
     """``_accumulate_all`` of the gradients ``g * columns[k]`` summed to the shapes of ``inputs[k]``
-    (``factors``: (columns, inputs)) into distinct ``leaves``: where no sum is needed and a ``.grad`` is
+    (``factors``: (columns, inputs)) into ``_plain_leaves``: where no sum is needed and a ``.grad`` is
     already an array of the leaf's shape and dtype, one fused call adds the product in place
     (``fused.MUL_ADD``, same rounding), else through ``_accumulate``."""
     columns, inputs = factors
-    for leaf, c in zip(leaves, columns):
-        if c is not None and leaf is not None and leaf._hooks:  # hooks see each gradient first
-            grads = [None if j is None else sum_to_shape(g * j, x.shape) for j, x in zip(columns, inputs)]
-            _accumulate_all(tuple(zip(leaves, grads)), False, kept)
-            return
     mul_add = _MUL_ADD[0]
     with _ACCUMULATING:
         for leaf, c, x in zip(leaves, columns, inputs):
