@@ -47,7 +47,7 @@ class _BareKernel:
     """The compiled-function contract with bare NumPy kernels: isolates the tape's own overhead."""
 
     n_outputs = 1
-    jacobian_saving = False  # the vjp path: forward and vjp are the bare NumPy functions
+    jacobian_saving, jacobian_arity = False, 0  # the vjp path: forward and vjp are the bare NumPy functions
     origin = "bench_runtime.py"
 
     def __init__(self, name: str, forward: Callable, vjp: Callable) -> None:

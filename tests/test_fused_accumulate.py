@@ -1,7 +1,8 @@
-"""The tape's fused gradient accumulation: ``mul_add(acc, g, j)`` (``acc += g * j`` in one C call, from the
-direct-call extension) and the engine's lone path that uses it for Jacobian-saving ops. The sum must be
-bit-identical to NumPy's two steps (``acc += g * j``), any argument the call cannot take must leave ``acc``
-untouched and return False, and every gradient must stay PyTorch's (rtol: float64 1e-12, float32 1e-5)."""
+"""The tape's fused gradient accumulation: ``mul_add(acc, g, j[, k])`` (``acc += g * j`` in one C call, from
+the direct-call extension; with ``k``, ``j`` is a whole Jacobian and its column k is taken) and the engine's
+lone path that uses it for Jacobian-saving ops. The sum must be bit-identical to NumPy's two steps
+(``acc += g * j``), any argument the call cannot take must leave ``acc`` untouched and return False, and
+every gradient must stay PyTorch's (rtol: float64 1e-12, float32 1e-5)."""
 
 from __future__ import annotations
 
@@ -52,6 +53,43 @@ def test_mul_add_reads_a_jacobians_column(mul_add, dtype):
         assert np.array_equal(acc, 1 + g * column)
 
 
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("width", [1, 2, 3])
+def test_mul_add_takes_column_k_of_a_whole_jacobian(mul_add, dtype, width):
+    """The tape saves the kernel's J (batch + (1, width)) whole; ``k`` picks input k's column, bit for bit
+    as NumPy's ``acc + g * J[..., 0, k]``."""
+    rng = np.random.default_rng(width)
+    jacobian = rng.standard_normal((3, 5, 1, width)).astype(dtype)
+    g = rng.standard_normal((3, 5)).astype(dtype)
+    for k in range(width):
+        acc = rng.standard_normal((3, 5)).astype(dtype)
+        expected = acc + g * jacobian[..., 0, k]
+        assert mul_add(acc, g, jacobian, k) is True
+        assert np.array_equal(acc, expected)
+
+
+def test_mul_add_refuses_a_column_it_cannot_take(mul_add):
+    acc = np.ones(4)
+    jacobian = np.arange(8.0).reshape(4, 1, 2)
+    refused = [
+        (acc, np.ones(4), jacobian, 2),  # no column 2 of two
+        (acc, np.ones(4), jacobian, -1),
+        (acc, np.ones(4), np.ones(9), 0),  # not a whole number of values per element
+        (acc, np.ones(4), np.ones((4, 1, 4))[..., :2], 0),  # J not contiguous
+        (np.ones(1), np.ones(4), jacobian, 0),  # g does not have acc's size (a broadcast input)
+        (acc, np.ones(4, np.float32), jacobian, 0),  # dtypes differ
+    ]
+    for args in refused:
+        before = args[0].copy()
+        assert mul_add(*args) is False
+        assert np.array_equal(args[0], before)
+    whole = np.zeros(12)
+    assert mul_add(whole[:4], np.ones(4), whole[4:].reshape(4, 1, 2), 0) is True  # apart: taken
+    assert mul_add(whole[:4], np.ones(4), whole[2:10].reshape(4, 1, 2), 0) is False  # J overlaps acc
+    with pytest.raises(TypeError):
+        mul_add(acc, np.ones(4), jacobian, "0")
+
+
 def test_mul_add_refuses_what_it_cannot_take_and_leaves_acc_untouched(mul_add):
     acc = np.ones(4)
     frozen = np.ones(4)
@@ -97,8 +135,8 @@ def _counting(swap) -> list:
     calls = []
     real = fused.MUL_ADD[0]
 
-    def counted(acc, g, j):
-        done = real(acc, g, j)
+    def counted(*args):
+        done = real(*args)
         calls.append(done)
         return done
 

@@ -26,6 +26,7 @@ def float_names(dtypes: Iterable[np.dtype], name: Callable[[np.dtype], Any] = st
 
 #: The float dtypes the kernels take, as error messages name them.
 FLOAT_NAMES = float_names(FLOAT_DTYPES)
+_F64, _F32 = FLOAT_DTYPES
 
 
 def is_number(value: Any) -> bool:
@@ -258,3 +259,29 @@ def sum_to_shape(g: np.ndarray, shape: tuple) -> np.ndarray:
         return np.add.reduce(g, axis=axes)  # hot path, half the cost of ``np.sum``'s wrapper)
     g = np.add.reduce(g, axis=axes, keepdims=True)
     return g.reshape(shape) if lead else g
+
+
+def same_shape_floats(values: Sequence) -> tuple[Sequence, np.dtype, tuple] | None:
+    """(values, dtype, shape) when every value is a float32/float64 array of one dtype and shape or a Python
+    number (the kernels take numbers as they are), else None. The runtime's hot path: no allocation."""
+    first = None
+    for v in values:
+        if type(v) is np.ndarray:
+            first = v
+            break
+    if first is None:
+        return None
+    dtype, shape = first.dtype, first.shape
+    if dtype is not _F32 and dtype is not _F64:
+        return None
+    for v in values:
+        t = type(v)
+        if t is np.ndarray:
+            if v.dtype is not dtype or v.shape != shape:
+                return None
+        elif t is int:
+            if not -FLOAT64_MAX_INT <= v <= FLOAT64_MAX_INT:  # 10**400: the checking path says what is wrong
+                return None
+        elif t is not float:
+            return None
+    return values, dtype, shape

@@ -18,7 +18,6 @@ from symgrad.build.package import Package
 from symgrad.build.progress import notice
 from symgrad.compiled import display, higher
 from symgrad.compiled.arguments import (
-    FLOAT64_MAX_INT,
     as_array,
     batch_shape,
     bind,
@@ -30,6 +29,7 @@ from symgrad.compiled.arguments import (
     is_number,
     jacobian_columns,
     out_problem,
+    same_shape_floats,
     split_cotangents,
     sum_to_shape,
     uniform_value,
@@ -52,32 +52,6 @@ def register_tensor_hook(tensor_type: type, apply: Callable) -> None:
     (one tape node) instead of the kernels on arrays."""
     global _tensor_hook
     _tensor_hook = (tensor_type, apply)
-
-
-def _same_shape_floats(values: Sequence) -> tuple[Sequence, np.dtype, tuple] | None:
-    """(values, dtype, shape) when every value is a float32/float64 array of one dtype and shape or a Python
-    number (the kernels take numbers as they are), else None. The runtime's hot path: no allocation."""
-    first = None
-    for v in values:
-        if type(v) is np.ndarray:
-            first = v
-            break
-    if first is None:
-        return None
-    dtype, shape = first.dtype, first.shape
-    if dtype is not _F32 and dtype is not _F64:
-        return None
-    for v in values:
-        t = type(v)
-        if t is np.ndarray:
-            if v.dtype is not dtype or v.shape != shape:
-                return None
-        elif t is int:
-            if not -FLOAT64_MAX_INT <= v <= FLOAT64_MAX_INT:  # 10**400: the checking path says what is wrong
-                return None
-        elif t is not float:
-            return None
-    return values, dtype, shape
 
 
 class CompiledFunction(higher.SecondOrder, display.Notebook):
@@ -112,7 +86,8 @@ class CompiledFunction(higher.SecondOrder, display.Notebook):
         self.uniform_at = tuple(k for k, name in enumerate(self.arg_names) if name in self._uniform)
         self._elementwise = self._scalar_slots and not self._uniform
         #: per-element scalar, one output, one or two differentiable arguments: a tape node or autograd
-        #: Function may run value_and_jacobian forward and save J (as large as the inputs) for backward
+        #: Function may run value_and_jacobian forward and save J (as large as the inputs) for backward;
+        #: ``jacobian_arity``: the tape node's argument count where it may (no uniform argument), else 0
         self.jacobian_saving: bool = (
             self._scalar_slots
             and self.n_outputs == 1
@@ -120,6 +95,7 @@ class CompiledFunction(higher.SecondOrder, display.Notebook):
             and self._all_diff
             and "value_and_jacobian" in entry["programs"]
         )
+        self.jacobian_arity: int = len(self.arg_names) if self.jacobian_saving and not self.uniform_at else 0
         self._vjp_shapes = self.arg_shapes + self.out_shapes
         self._vjp_names = self.arg_names + tuple(
             f"grad of output {k}" if self.n_outputs > 1 else "grad_out" for k in range(self.n_outputs)
@@ -166,7 +142,7 @@ class CompiledFunction(higher.SecondOrder, display.Notebook):
     def _arrays(self, values: tuple, shapes: tuple, names: tuple) -> tuple[list, np.dtype, tuple]:
         """(arrays of one dtype, that dtype, the broadcast batch shape), checking every argument."""
         if self._elementwise:  # fast path: same-shape, same-dtype float arrays and Python numbers
-            fast = _same_shape_floats(values)
+            fast = same_shape_floats(values)
             if fast is not None:
                 return fast
         arrays, batches, dtypes = [], [], []
@@ -368,7 +344,7 @@ class CompiledFunction(higher.SecondOrder, display.Notebook):
         for k in self.uniform_at:  # a uniform argument must be a number here (an array: the checks' error)
             if type(arrays[k]) is not float and type(arrays[k]) is not int:
                 return None
-        same = _same_shape_floats(arrays)
+        same = same_shape_floats(arrays)
         if same is None:
             return None
         return self.kernel(program, same[1])(arrays, same[2])

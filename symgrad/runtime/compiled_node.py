@@ -1,7 +1,7 @@
 """``apply_compiled``: a compiled ``@sg.function`` call on tensors becomes one tape node.
 
 Two ways to record, with the same kernels:
-- per-element scalar functions with one output and one or two arguments (``fn.jacobian_saving``; the tape's
+- per-element scalar functions with one output and one or two arguments (``fn.jacobian_arity``; the tape's
   own primitives), called on float arrays of one dtype (and Python numbers), at most ``JACOBIAN_MAX``
   elements: the forward runs the fused ``value_and_jacobian`` kernel and the node saves J; backward is
   ``grad * J``, with no second kernel call (on small tensors the call costs more than the arithmetic), as in
@@ -105,16 +105,16 @@ def _forward(fn: Any, arrays: list) -> tuple:
 def unary_jacobian_node(fn: Any, x: Any) -> Tensor | None:
     """The Jacobian-saving node (see the module docstring) of ``fn(x)`` for a float tensor ``x`` of at most
     ``JACOBIAN_MAX`` elements that requires grad, when grad mode is on; else None."""
-    if not isinstance(x, Tensor) or not x._rg or not mode.enabled or not fn.jacobian_saving:
+    if not isinstance(x, Tensor) or not x._rg or not mode.enabled or fn.jacobian_arity != 1:
         return None
     a = x.data
-    if type(a) is not np.ndarray or len(fn.arg_names) != 1 or fn.uniform_at:
+    if type(a) is not np.ndarray:
         return None
     dtype = a.dtype
     if (dtype is not _F64 and dtype is not _F32) or a.size > JACOBIAN_MAX:
         return None
     out, jacobian = fn.kernel("value_and_jacobian", dtype)((a,), a.shape)  # J: batch + (1, 1)
-    saved = (jacobian[..., 0, 0], a)  # J, then the input, for a second differentiation
+    saved = (jacobian, a)  # J (``_columns``), then the input, for a second differentiation
     return _result(out, Node(_jacobian_backward, (x,), saved, fn, fn.backward_name, ((out.shape, dtype),)))
 
 
@@ -130,9 +130,7 @@ def binary_jacobian_node(fn: Any, x: Any, y: Any) -> Tensor | None:
         b, tb = y.data, (y if y._rg else None)
     else:
         b, tb = y, None
-    if ta is None and tb is None or not mode.enabled or not fn.jacobian_saving:
-        return None
-    if len(fn.arg_names) != 2 or fn.uniform_at:
+    if ta is None and tb is None or not mode.enabled or fn.jacobian_arity != 2:
         return None
     if type(a) is np.ndarray:
         first = a
@@ -171,11 +169,12 @@ def _binary_result(
     fn: Any, out: Any, jacobian: Any, ta: Any, tb: Any, a: Any, b: Any, backward: Any
 ) -> Tensor:
     saved = (
-        None if ta is None else jacobian[..., 0, 0],
-        None if tb is None else jacobian[..., 0, 1],
+        None if ta is None else jacobian,
+        None if tb is None else jacobian,
         a,
         b,
-    )  # J's columns, then the inputs as given, for a second differentiation (``compiled_backward``)
+    )  # J per input that needs it (``_columns``), then the inputs as given, for a second differentiation
+    # (``compiled_backward``)
     return _result(out, Node(backward, (ta, tb), saved, fn, fn.backward_name, ((out.shape, out.dtype),)))
 
 
@@ -206,14 +205,14 @@ def _expanded(a: Any, shape: tuple) -> Any:
 
 
 def _jacobian_backward(node: Node, grads: list, graph: bool) -> tuple:
-    saved = node.saved  # J's columns, then the inputs
+    saved = node.saved  # (``_columns``)
     if graph:
         return _recorded(node, grads)
     g = grads[0]
     if len(saved) == 2:  # its one input requires grad (else there would be no node)
-        return (g * saved[0],)
+        return (g * saved[0][..., 0, 0],)
     ja, jb = saved[0], saved[1]
-    return None if ja is None else g * ja, None if jb is None else g * jb
+    return None if ja is None else g * ja[..., 0, 0], None if jb is None else g * jb[..., 0, 1]
 
 
 def _broadcast_jacobian_backward(node: Node, grads: list, graph: bool) -> tuple:
@@ -222,15 +221,17 @@ def _broadcast_jacobian_backward(node: Node, grads: list, graph: bool) -> tuple:
 
 
 def _columns(node: Node) -> tuple:
-    """(columns, inputs): the gradient of input k is ``g * columns[k]`` summed to ``inputs[k]``'s shape
-    (None: no gradient), with ``g`` the output's. The engine's lone path accumulates these products itself
-    (``engine._accumulate_products``) instead of calling ``backward``."""
+    """(columns, inputs) of a Jacobian-saving node, whose saved tuple is (J or None per input, inputs...)
+    with J the kernel's (batch + (1, n)) and input k's column ``J[..., 0, k]``: the gradient of input k is
+    ``g * columns[k]`` summed to ``inputs[k]``'s shape (None: no gradient), with ``g`` the output's."""
     saved = node.saved
     n = len(saved) // 2
-    return saved[:n], saved[n:]
+    return tuple(None if j is None else j[..., 0, k] for k, j in enumerate(saved[:n])), saved[n:]
 
 
-_jacobian_backward.factors = _broadcast_jacobian_backward.factors = _columns
+#: The saved tuple is ``_columns``'s layout: the engine's lone path accumulates the products itself
+#: (``engine._accumulate_products``) instead of calling ``backward``.
+_jacobian_backward.saves_columns = _broadcast_jacobian_backward.saves_columns = True
 
 
 def _products(node: Node, g: np.ndarray) -> tuple:

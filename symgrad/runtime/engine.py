@@ -64,19 +64,20 @@ def run_backward(
 def _lone(node: Node, index: int, seeds: list, retain_graph: bool, create_graph: bool) -> None:
     """``run_backward`` from output ``index`` of ``node``, whose inputs are all leaves."""
     inputs = node.inputs
-    factors = getattr(node.backward, "factors", None)
     if (
-        factors is not None and not create_graph and node.hooks is None and _plain_leaves(inputs)
+        getattr(node.backward, "saves_columns", False)
+        and not create_graph
+        and node.hooks is None
+        and _plain_leaves(inputs)
     ):  # the hot path: gradients that are the seed times saved arrays (a Jacobian-saving op)
         saved = node.saved
         if saved is FREED:
             raise RuntimeError(_SECOND_BACKWARD)
         if _inplace._VERSIONS:
             _inplace.check(node)
-        products = factors(node)
         if not retain_graph:
             node.saved = FREED
-        _accumulate_products(inputs, seeds[0], products, seeds)
+        _accumulate_products(inputs, seeds[0], saved, seeds)
         return None
     grads = [seeds[0]]
     n = len(node.outs)
@@ -326,32 +327,28 @@ def _plain_leaves(inputs: tuple) -> bool:
     return len(inputs) == 2 and b is not a and (b is None or not b._hooks)
 
 
-def _accumulate_products(leaves: tuple, g: np.ndarray, factors: tuple, kept: list) -> None:
-    """``_accumulate_all`` of the gradients ``g * columns[k]`` summed to the shapes of ``inputs[k]``
-    (``factors``: (columns, inputs)) into ``_plain_leaves``: where no sum is needed and a ``.grad`` is
-    already an array of the leaf's shape and dtype, one fused call adds the product in place
-    (``fused.MUL_ADD``, same rounding), else through ``_accumulate``."""
-    columns, inputs = factors
+def _accumulate_products(leaves: tuple, g: np.ndarray, saved: tuple, kept: list) -> None:
+    """``_accumulate_all`` of the gradients ``g * column k`` summed to input k's shape (a ``saves_columns``
+    node's ``saved``: J or None per input, then the inputs) into ``_plain_leaves``: where ``.grad`` already
+    has the input's shape, one fused call adds the product in place (``fused.MUL_ADD`` on J's column k, same
+    rounding; it refuses an input that broadcast, another dtype or layout), else through ``_accumulate``."""
     mul_add = _MUL_ADD[0]
+    n = len(leaves)
     with _ACCUMULATING:
-        for leaf, c, x in zip(leaves, columns, inputs):
-            if c is None or leaf is None:
+        for k in range(n):
+            leaf = leaves[k]
+            if leaf is None:  # (a constant: no J was saved for it either)
                 continue
-            shape = x.shape
-            if c.shape == shape:
-                grad = leaf.grad
-                if grad is not None and mul_add is not None:
-                    acc = grad.data
-                    if (
-                        type(acc) is np.ndarray
-                        and acc.dtype is leaf.data.dtype
-                        and acc.shape == shape
-                        and mul_add(acc, g, c)
-                    ):
-                        continue
-                _accumulate(leaf, g * c, False, kept)
-            else:
-                _accumulate(leaf, sum_to_shape(g * c, shape), False, kept)
+            jacobian = saved[k]
+            shape = saved[n + k].shape
+            grad = leaf.grad
+            if (
+                grad is None
+                or mul_add is None
+                or grad.data.shape != shape
+                or not mul_add(grad.data, g, jacobian, k)
+            ):
+                _accumulate(leaf, sum_to_shape(g * jacobian[..., 0, k], shape), False, kept)
 
 
 def _accumulate(leaf: Any, g: Any, graph: bool, kept: list) -> None:

@@ -106,48 +106,69 @@ static Py_ssize_t sg_floats(PyObject *obj, Py_buffer *view, int writable, char *
     return n;
 }
 
-/* whether the elements of two buffers (count n, spacings sa and sb) lie in disjoint memory */
-static int sg_apart(const Py_buffer *a, Py_ssize_t n, Py_ssize_t sa, const Py_buffer *b, Py_ssize_t sb)
+/* whether the elements of two buffers (counts na and nb, spacings sa and sb) lie in disjoint memory */
+static int sg_apart(const Py_buffer *a, Py_ssize_t na, Py_ssize_t sa, const Py_buffer *b, Py_ssize_t nb,
+                    Py_ssize_t sb)
 {
     const uintptr_t a0 = (uintptr_t)a->buf, b0 = (uintptr_t)b->buf;
-    const uintptr_t a1 = a0 + (uintptr_t)((n - 1) * sa + 1) * (uintptr_t)a->itemsize;
-    const uintptr_t b1 = b0 + (uintptr_t)((n - 1) * sb + 1) * (uintptr_t)b->itemsize;
+    const uintptr_t a1 = a0 + (uintptr_t)((na - 1) * sa + 1) * (uintptr_t)a->itemsize;
+    const uintptr_t b1 = b0 + (uintptr_t)((nb - 1) * sb + 1) * (uintptr_t)b->itemsize;
     return a1 <= b0 || b1 <= a0;
 }
 
-/* mul_add(acc, g, j): acc += g * j elementwise (the product rounded, then the sum, as NumPy's two steps
-   round them: the build passes -ffp-contract=off), on float arrays of one dtype and element count; acc
-   writable and contiguous, g and j contiguous or equally spaced (a Jacobian's column). True when done;
-   False, with acc untouched, for any other arguments (the caller then takes NumPy's path). */
+/* mul_add(acc, g, j[, k]): acc += g * j elementwise (the product rounded, then the sum, as NumPy's two
+   steps round them: the build passes -ffp-contract=off), on float arrays of one dtype; acc writable and
+   contiguous, g and j of acc's element count, contiguous or equally spaced (a Jacobian's column). With k,
+   j is a whole contiguous Jacobian holding m values per element of acc (its size m times acc's), and its
+   column k (j[i*m + k]) is taken. True when done; False, with acc untouched, for any other arguments (the
+   caller then takes NumPy's path). */
 static PyObject *sg_mul_add(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     Py_buffer v[3];
     char kind[3];
-    Py_ssize_t n[3], step[3];
+    Py_ssize_t n[3], step[3], col = 0;
     int got = 0;
     (void)self;
-    if (nargs != 3) {
-        PyErr_SetString(PyExc_TypeError, "mul_add() takes three arrays: acc, g, j");
+    if (nargs != 3 && nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "mul_add() takes three arrays (acc, g, j) and an optional column k");
         return NULL;
+    }
+    if (nargs == 4) {
+        col = PyLong_AsSsize_t(args[3]);
+        if (col == -1 && PyErr_Occurred())
+            return NULL;
     }
     for (; got < 3; ++got) {
         n[got] = sg_floats(args[got], &v[got], got == 0, &kind[got], &step[got]);
         if (n[got] == 0)
             break;
     }
-    int ok = got == 3 && n[1] == n[0] && n[2] == n[0] && kind[1] == kind[0] && kind[2] == kind[0];
-    for (int k = 1; ok && k < 3; ++k) /* g or j in acc's memory: only as acc itself (each element reads its own) */
-        ok = v[k].buf == v[0].buf ? step[k] == 1 : sg_apart(&v[0], n[0], 1, &v[k], step[k]);
+    int ok = got == 3 && n[1] == n[0] && kind[1] == kind[0] && kind[2] == kind[0];
+    Py_ssize_t sj = step[2], j0 = 0; /* j's spacing and first element */
+    if (ok && nargs == 4) {
+        const Py_ssize_t m = n[2] / n[0];
+        ok = step[2] == 1 && m * n[0] == n[2] && col >= 0 && col < m;
+        sj = m;
+        j0 = col;
+    } else
+        ok = ok && n[2] == n[0];
+    /* g or j in acc's memory: only as acc itself (each element reads its own) */
+    if (ok)
+        ok = v[1].buf == v[0].buf ? step[1] == 1 : sg_apart(&v[0], n[0], 1, &v[1], n[0], step[1]);
+    if (ok && nargs == 4) /* (the whole Jacobian, contiguous) */
+        ok = sg_apart(&v[0], n[0], 1, &v[2], n[2], 1);
+    else if (ok)
+        ok = v[2].buf == v[0].buf ? step[2] == 1 : sg_apart(&v[0], n[0], 1, &v[2], n[0], step[2]);
     if (ok) {
-        const Py_ssize_t m = n[0], sg = step[1], sj = step[2];
+        const Py_ssize_t m = n[0], sg = step[1];
         if (kind[0] == 'd') {
             double *a = v[0].buf;
-            const double *g = v[1].buf, *j = v[2].buf;
+            const double *g = v[1].buf, *j = (const double *)v[2].buf + j0;
             for (Py_ssize_t i = 0; i < m; ++i)
                 a[i] = a[i] + g[i * sg] * j[i * sj];
         } else {
             float *a = v[0].buf;
-            const float *g = v[1].buf, *j = v[2].buf;
+            const float *g = v[1].buf, *j = (const float *)v[2].buf + j0;
             for (Py_ssize_t i = 0; i < m; ++i)
                 a[i] = a[i] + g[i * sg] * j[i * sj];
         }
@@ -161,7 +182,8 @@ static PyObject *sg_mul_add(PyObject *self, PyObject *const *args, Py_ssize_t na
 
 static PyMethodDef sg_methods[] = {
     {"mul_add", (PyCFunction)(void (*)(void))sg_mul_add, METH_FASTCALL,
-     "mul_add(acc, g, j): acc += g * j on float arrays of one dtype and size; False for other arguments"},
+     "mul_add(acc, g, j[, k]): acc += g * j (with k: j's column k) on float arrays of one dtype; False for "
+     "other arguments"},
     {"call", (PyCFunction)(void (*)(void))sg_call, METH_FASTCALL,
      "call(address, n, n_inputs, itemsize, *arrays): run the kernel entry at address on the arrays' data"},
     {NULL, NULL, 0, NULL}
