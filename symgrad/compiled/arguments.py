@@ -8,6 +8,7 @@ compared with ``in`` against the caller's own float dtypes.
 
 from __future__ import annotations
 
+import functools
 import numbers
 from collections.abc import Callable, Container, Iterable, Sequence
 from typing import Any
@@ -238,9 +239,11 @@ def uniform_value(fn_name: str, name: str, value: Any) -> float:
     raise ArgumentError(f"{fn_name}: argument '{name}' is uniform (one number per call); got {got}")
 
 
+@functools.lru_cache(maxsize=1024)
 def broadcast_axes(shape: tuple, target: tuple) -> tuple[int, ...]:
     """The axes of an array of ``shape`` to sum over (keeping dims) to undo its broadcast from ``target``:
-    the leading axes broadcasting added and those it stretched from 1."""
+    the leading axes broadcasting added and those it stretched from 1 (cached: a tape op's backward asks
+    for the same few pairs of shapes on every step)."""
     lead = len(shape) - len(target)
     return tuple(range(lead)) + tuple(
         lead + i for i, n in enumerate(target) if n == 1 and shape[lead + i] != 1

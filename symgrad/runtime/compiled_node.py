@@ -17,6 +17,7 @@ kernels (``compiled_backward``; the Jacobian-saving node saves its inputs too, f
 
 from __future__ import annotations
 
+import functools
 from math import prod
 from typing import Any
 
@@ -178,8 +179,10 @@ def _binary_result(
     return _result(out, Node(backward, (ta, tb), saved, fn, fn.backward_name, ((out.shape, out.dtype),)))
 
 
+@functools.lru_cache(maxsize=1024)
 def _broadcast_shape(s: tuple, t: tuple) -> tuple | None:
-    """The broadcast of two shapes (NumPy's rules), None where they do not broadcast."""
+    """The broadcast of two shapes (NumPy's rules), None where they do not broadcast (cached: a training
+    loop's ops see the same few pairs of shapes on every step)."""
     if len(s) < len(t):
         s, t = t, s
     lead = len(s) - len(t)

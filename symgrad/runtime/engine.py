@@ -330,10 +330,11 @@ def _plain_leaves(inputs: tuple) -> bool:
 def _accumulate_products(leaves: tuple, g: np.ndarray, saved: tuple, kept: list) -> None:
     """``_accumulate_all`` of the gradients ``g * column k`` summed to input k's shape (a ``saves_columns``
     node's ``saved``: J or None per input, then the inputs) into ``_plain_leaves``: where ``.grad`` already
-    has the input's shape, one fused call adds the product in place (``fused.MUL_ADD`` on J's column k, same
-    rounding; it refuses an input that broadcast, another dtype or layout), else through ``_accumulate``."""
+    has the input's shape, the output's, one fused call adds the product in place (``fused.MUL_ADD`` on J's
+    column k, same rounding; it refuses another dtype or layout), else through ``_accumulate``."""
     mul_add = _MUL_ADD[0]
     n = len(leaves)
+    out_shape = g.shape
     with _ACCUMULATING:
         for k in range(n):
             leaf = leaves[k]
@@ -343,7 +344,8 @@ def _accumulate_products(leaves: tuple, g: np.ndarray, saved: tuple, kept: list)
             shape = saved[n + k].shape
             grad = leaf.grad
             if (
-                grad is None
+                shape != out_shape  # (broadcast: summed back)
+                or grad is None
                 or mul_add is None
                 or grad.data.shape != shape
                 or not mul_add(grad.data, g, jacobian, k)
