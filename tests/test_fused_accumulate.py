@@ -227,3 +227,48 @@ def test_the_lone_path_checks_versions_after_any_in_place_op(mul_add, swap):
         a.mul_(2.0)
     with pytest.raises(RuntimeError, match="modified by an inplace operation"):
         y.backward(sg.tensor(np.ones(4)))
+
+
+def test_mul_add_takes_a_broadcast_gradient_but_not_a_stretched_column(mul_add):
+    """A reduction's backward hands on its gradient broadcast (spacing 0): taken read-only, bit for bit.
+    A column stretched along the inner axis is not equally spaced: refused."""
+    g = np.broadcast_to(np.float64(0.1), (3, 5))
+    j = np.linspace(-2, 2, 15).reshape(3, 5)
+    acc = np.full((3, 5), 0.7)
+    expected = acc + g * j
+    assert mul_add(acc, g, j) is True
+    assert np.array_equal(acc, expected)
+    stretched = np.broadcast_to(np.arange(3.0)[:, None], (3, 5))  # strides (8, 0)
+    before = acc.copy()
+    assert mul_add(acc, stretched, j) is False
+    assert np.array_equal(acc, before)
+    assert mul_add(np.broadcast_to(np.zeros(1), (15,)), np.ones(15), np.ones(15)) is False  # acc: no
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_a_chains_last_node_accumulates_through_the_fused_call(mul_add, swap, dtype):
+    """``f(x).sum().backward()``: the chain's last node (its inputs are leaves) takes the lone op's path;
+    where a leaf already got a gradient from another node of the chain, or under ``sg.grad``, it does
+    not. Every gradient is PyTorch's."""
+    torch = pytest.importorskip("torch")
+    rtol = {"float64": 1e-12, "float32": 1e-5}[dtype]
+    a, b = np.linspace(0.5, 1.5, 7, dtype=dtype), np.linspace(1.0, 2.0, 7, dtype=dtype)
+    x, w = sg.tensor(a, requires_grad=True), sg.tensor(b, requires_grad=True)
+    tx, tw = torch.tensor(a, requires_grad=True), torch.tensor(b, requires_grad=True)
+    calls = _counting(swap)
+    for _ in range(3):
+        x.sin().sum().backward()
+        (x * w).exp().sum().backward()
+        tx.sin().sum().backward()
+        (tx * tw).exp().sum().backward()
+    assert calls == [True] * (1 + 2 * 3)  # once a .grad exists: x in round 1, then 3 a round
+    np.testing.assert_allclose(x.grad.numpy(), tx.grad.numpy(), rtol=rtol)
+    np.testing.assert_allclose(w.grad.numpy(), tw.grad.numpy(), rtol=rtol)
+    calls.clear()
+    (x.sin() * x).sum().backward()  # x reaches the leaves first through the product: summed, then added
+    (tx.sin() * tx).sum().backward()
+    (gx,) = sg.grad(x.cos().sum(), x)
+    (tgx,) = torch.autograd.grad(tx.cos().sum(), tx)
+    assert calls == []
+    np.testing.assert_allclose(x.grad.numpy(), tx.grad.numpy(), rtol=rtol)
+    np.testing.assert_allclose(gx.numpy(), tgx.numpy(), rtol=rtol)

@@ -233,7 +233,7 @@ def _columns(node: Node) -> tuple:
 
 
 #: The saved tuple is ``_columns``'s layout: the engine's lone path accumulates the products itself
-#: (``engine._accumulate_products``) instead of calling ``backward``.
+#: (``accumulate.accumulate_products``) instead of calling ``backward``.
 _jacobian_backward.saves_columns = _broadcast_jacobian_backward.saves_columns = True
 
 

@@ -1,6 +1,6 @@
 """The backward engine: one pass over the nodes reachable from the roots, in Kahn's order (deterministic),
 each node's backward run once after every node that consumes its outputs, gradients accumulated into the
-leaves' ``.grad`` (or captured for ``autograd.grad``).
+leaves' ``.grad`` (``accumulate``; tensor hooks: ``hooks``) or captured for ``autograd.grad``.
 
 During backward, gradients travel as NumPy arrays; with ``create_graph=True`` they travel as Tensors and
 every backward rule runs with grad mode on, so its own operations are recorded for a second differentiation.
@@ -10,16 +10,15 @@ per-input helper calls, one lock per leaf, no sets unless a gradient reaches a l
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
-from symgrad.backends.fused import MUL_ADD as _MUL_ADD
-from symgrad.compiled.arguments import sum_to_shape
 from symgrad.runtime import inplace as _inplace
+from symgrad.runtime.accumulate import accumulate_all, own, products_to_leaves
 from symgrad.runtime.autograd import _SECOND_BACKWARD, FREED, Node, mode
+from symgrad.runtime.hooks import run_hooks, wrap
 
 
 def run_backward(
@@ -34,6 +33,8 @@ def run_backward(
                 if inp is not None and inp.grad_fn is not None:
                     break
             else:  # one node whose inputs are leaves (a lone op)
+                if not create_graph and products_to_leaves(node, seeds[0], retain_graph, seeds):
+                    return None
                 return _lone(node, roots[0]._oi, seeds, retain_graph, create_graph)
     buffers: dict = {}  # node -> gradient per output
     leaves: dict = {}  # id -> [tensor, gradient]
@@ -50,35 +51,20 @@ def run_backward(
     mode.enabled = create_graph
     try:
         if len(nodes) == 1:
-            nodes = _chain(nodes[0], buffers, leaves, captured, retain_graph)
+            nodes = _chain(nodes[0], buffers, leaves, captured, retain_graph, seeds)
         if nodes:
             _propagate(nodes, buffers, leaves, captured, retain_graph)
         if capture is not None:
             return [_captured(t, leaves, captured) for t in capture]
-        _accumulate_all(leaves.values(), create_graph, seeds)  # seeds: arrays others hold (copied if kept)
+        accumulate_all(leaves.values(), create_graph, seeds)  # seeds: arrays others hold (copied if kept)
         return None
     finally:
         mode.enabled = prev
 
 
 def _lone(node: Node, index: int, seeds: list, retain_graph: bool, create_graph: bool) -> None:
-    """``run_backward`` from output ``index`` of ``node``, whose inputs are all leaves."""
-    inputs = node.inputs
-    if (
-        getattr(node.backward, "saves_columns", False)
-        and not create_graph
-        and node.hooks is None
-        and _plain_leaves(inputs)
-    ):  # the hot path: gradients that are the seed times saved arrays (a Jacobian-saving op)
-        saved = node.saved
-        if saved is FREED:
-            raise RuntimeError(_SECOND_BACKWARD)
-        if _inplace._VERSIONS:
-            _inplace.check(node)
-        if not retain_graph:
-            node.saved = FREED
-        _accumulate_products(inputs, seeds[0], saved, seeds)
-        return None
+    """``run_backward`` from output ``index`` of ``node``, whose inputs are all leaves (where
+    ``products_to_leaves`` does not apply)."""
     grads = [seeds[0]]
     n = len(node.outs)
     if n > 1:
@@ -96,23 +82,33 @@ def _lone(node: Node, index: int, seeds: list, retain_graph: bool, create_graph:
                 if inp is not None and g is not None:
                     _to_leaf(inp, g, leaves)
             pairs = leaves.values()
-        _accumulate_all(pairs, create_graph, seeds)
+        accumulate_all(pairs, create_graph, seeds)
         return None
     finally:
         mode.enabled = prev
 
 
-def _chain(node: Node, buffers: dict, leaves: dict, captured: dict | None, retain_graph: bool) -> list:
+def _chain(
+    node: Node, buffers: dict, leaves: dict, captured: dict | None, retain_graph: bool, kept: list
+) -> list:
     """Run ``node`` (the one root) and its producers while each has at most one input from another node:
     then that producer is consumed by nothing else reachable (every node upstream is reached through it), so
     it runs next, without counting consumers (a lone op, a chain of ops). Returns the producers where the
-    walk stops, for ``_propagate`` (none when it reached the leaves)."""
+    walk stops, for ``_propagate`` (none when it reached the leaves). The last node, when no other has
+    reached a leaf, takes the lone op's hot path (``products_to_leaves``; ``kept``: see ``accumulate``)."""
     graph = mode.enabled
     while True:
         grads = buffers.pop(node, None)
         if grads is None:  # no gradient: none reaches anything upstream either
             return []
         inputs = node.inputs
+        if not (graph or leaves or captured is not None) and len(grads) == 1:
+            for inp in inputs:
+                if inp is not None and inp.grad_fn is not None:
+                    break
+            else:  # the last node: its inputs are leaves
+                if products_to_leaves(node, grads[0], retain_graph, kept):
+                    return []
         in_grads = _node_backward(node, grads, captured, retain_graph, graph)
         parents = []
         for inp, g in zip(inputs, in_grads):
@@ -214,7 +210,7 @@ def _node_backward(node: Node, grads: list, captured: dict | None, retain_graph:
     if len(grads) > 1 and any(g is None for g in grads) and not hasattr(node.backward, "takes_none"):
         grads = [_zeros(meta, graph) if g is None else g for g, meta in zip(grads, node.outs)]
     if node.hooks:
-        grads = [g if g is None else _run_hooks(node.hooks, i, g, graph) for i, g in enumerate(grads)]
+        grads = [g if g is None else run_hooks(node.hooks, i, g, graph) for i, g in enumerate(grads)]
     if captured is not None:
         captured[node] = grads
     saved = node.saved
@@ -232,41 +228,9 @@ def _node_backward(node: Node, grads: list, captured: dict | None, retain_graph:
     return in_grads if len(in_grads) == n else (tuple(in_grads) + (None,) * n)[:n]
 
 
-def _wrap(g: Any) -> Any:
-    return g if isinstance(g, _t.Tensor) else _t._result(g)
-
-
-def _apply_hook(fn: Callable, g: Any, graph: bool) -> Any:
-    """``fn``'s replacement for gradient ``g`` (``g`` itself when it returns None), with PyTorch's errors for
-    a result that is not a tensor or changes the gradient's shape or dtype."""
-    t = _wrap(g)
-    result = fn(t)
-    if result is None:
-        return g
-    if not isinstance(result, _t.Tensor):
-        raise TypeError(f"expected Variable, but hook returned '{type(result).__name__}'")
-    name = getattr(fn, "__name__", repr(fn))
-    if result.data.shape != t.data.shape:
-        raise RuntimeError(f"hook '{name}' has changed the size of value")
-    if result.data.dtype != t.data.dtype:
-        raise RuntimeError(
-            f"hook '{name}' has changed the type of value (was {t.data.dtype} got {result.data.dtype})"
-        )
-    return result if graph else result.data
-
-
-def _run_hooks(hooks: list, index: int, g: Any, graph: bool) -> Any:
-    """Apply tensor hooks (then retain_grad, always last) to the gradient of output ``index``."""
-    for want_retain in (False, True):
-        for i, fn, is_retain in hooks:
-            if i == index and is_retain is want_retain:
-                g = _apply_hook(fn, g, graph)
-    return g
-
-
 def _zeros(meta: tuple, graph: bool) -> Any:
     z = np.zeros(meta[0], meta[1])
-    return _wrap(z) if graph else z
+    return wrap(z) if graph else z
 
 
 def _captured(t: Any, leaves: dict, captured: dict) -> Any:
@@ -276,111 +240,4 @@ def _captured(t: Any, leaves: dict, captured: dict) -> Any:
     else:
         grads = captured.get(t.grad_fn)
         g = None if grads is None else grads[t._oi]
-    return None if g is None else _wrap(_own(g))
-
-
-def _own(g: Any) -> Any:
-    """An array the gradient's receiver may keep: views of other buffers are copied."""
-    if isinstance(g, np.ndarray):
-        flags = g.flags
-        return g if flags.owndata and flags.writeable else g.copy()
-    return g
-
-
-#: Serializes gradient accumulation, as PyTorch's AccumulateGrad does: NumPy releases the GIL inside
-#: ``acc += g``, so threads running backward into one leaf would lose updates.
-_ACCUMULATING = threading.Lock()
-
-
-def _accumulate_all(pairs: Any, graph: bool, kept: list) -> None:
-    """Each (leaf, gradient) of ``pairs`` (skipping a None in either place): the leaf's hooks, then the sum
-    into its ``.grad`` (under one lock for all when no leaf has hooks; hooks run outside it, a hook may run
-    a backward of its own)."""
-    for leaf, g in pairs:
-        if g is not None and leaf is not None and leaf._hooks:
-            break
-    else:
-        with _ACCUMULATING:
-            for leaf, g in pairs:
-                if g is not None and leaf is not None:
-                    _accumulate(leaf, g, graph, kept)
-        return
-    for leaf, g in pairs:
-        if g is None or leaf is None:
-            continue
-        if leaf._hooks:
-            for fn in list(leaf._hooks):
-                g = _apply_hook(fn, g, graph)
-        with _ACCUMULATING:
-            _accumulate(leaf, g, graph, kept)
-
-
-def _plain_leaves(inputs: tuple) -> bool:
-    """Whether ``inputs`` are one or two distinct leaves (or None) without hooks: their gradients go
-    straight into ``.grad`` (``_accumulate_products``)."""
-    a = inputs[0]
-    if a is not None and a._hooks:
-        return False
-    if len(inputs) == 1:
-        return True
-    b = inputs[1]
-    return len(inputs) == 2 and b is not a and (b is None or not b._hooks)
-
-
-def _accumulate_products(leaves: tuple, g: np.ndarray, saved: tuple, kept: list) -> None:
-    """``_accumulate_all`` of the gradients ``g * column k`` summed to input k's shape (a ``saves_columns``
-    node's ``saved``: J or None per input, then the inputs) into ``_plain_leaves``: where ``.grad`` already
-    has the input's shape, the output's, one fused call adds the product in place (``fused.MUL_ADD`` on J's
-    column k, same rounding; it refuses another dtype or layout), else through ``_accumulate``."""
-    mul_add = _MUL_ADD[0]
-    n = len(leaves)
-    out_shape = g.shape
-    with _ACCUMULATING:
-        for k in range(n):
-            leaf = leaves[k]
-            if leaf is None:  # (a constant: no J was saved for it either)
-                continue
-            jacobian = saved[k]
-            shape = saved[n + k].shape
-            grad = leaf.grad
-            if (
-                shape != out_shape  # (broadcast: summed back)
-                or grad is None
-                or mul_add is None
-                or grad.data.shape != shape
-                or not mul_add(grad.data, g, jacobian, k)
-            ):
-                _accumulate(leaf, sum_to_shape(g * jacobian[..., 0, k], shape), False, kept)
-
-
-def _accumulate(leaf: Any, g: Any, graph: bool, kept: list) -> None:
-    """Add ``g`` to ``leaf.grad`` (the caller holds ``_ACCUMULATING``); ``kept``: arrays that may not become a
-    ``.grad`` as they are (the seeds, and those already kept by another leaf), extended with the one kept
-    here."""
-    grad = leaf.grad
-    if graph:
-        leaf.grad = _wrap(g) if grad is None else grad + g
-        return
-    if type(g) is not np.ndarray:
-        g = np.asarray(g)
-    dtype = leaf.data.dtype
-    if g.dtype is not dtype and g.dtype != dtype:
-        g = g.astype(dtype)
-    if grad is None:
-        for k in kept:
-            if k is g:
-                g = g.copy()
-                break
-        else:
-            g = _own(g)
-        kept.append(g)
-        leaf.grad = _t._result(g)
-        return
-    acc = grad.data
-    if type(acc) is np.ndarray and acc.shape == g.shape and acc.flags.writeable:
-        acc += g  # in place, like PyTorch's AccumulateGrad outside create_graph
-    else:
-        leaf.grad = _t._result(acc + g)
-
-
-from symgrad.runtime import tensor as _t  # noqa: E402  (tensor.py imports autograd, which imports this)
+    return None if g is None else wrap(own(g))

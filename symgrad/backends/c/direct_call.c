@@ -68,9 +68,10 @@ static PyObject *sg_call(PyObject *self, PyObject *const *args, Py_ssize_t nargs
     Py_RETURN_NONE;
 }
 
-/* A float64 ('d') or float32 ('f') buffer whose elements are equally spaced in C order (contiguous, or a
-   column of a contiguous array such as a Jacobian's), aligned: its element count and that spacing (in
-   elements) in *step; 0 (the buffer released) for anything else. */
+/* A float64 ('d') or float32 ('f') buffer whose elements are equally spaced in C order (contiguous, a
+   column of a contiguous array such as a Jacobian's, or, read-only, one value broadcast: spacing 0),
+   aligned: its element count and that spacing (in elements) in *step; 0 (the buffer released) for anything
+   else. */
 static Py_ssize_t sg_floats(PyObject *obj, Py_buffer *view, int writable, char *kind, Py_ssize_t *step)
 {
     if (PyObject_GetBuffer(obj, view, PyBUF_FORMAT | PyBUF_STRIDES | (writable ? PyBUF_WRITABLE : 0)) < 0) {
@@ -82,15 +83,17 @@ static Py_ssize_t sg_floats(PyObject *obj, Py_buffer *view, int writable, char *
     const Py_ssize_t size = view->itemsize;
     Py_ssize_t n = 1, expect = 0;
     int ok = *kind != 0 && size == (*kind == 'd' ? 8 : 4) && (uintptr_t)view->buf % (uintptr_t)size == 0;
+    int first = 1; /* (the innermost axis longer than 1 sets the spacing) */
     *step = 1;
     for (int d = view->ndim - 1; ok && d >= 0; --d) {
         const Py_ssize_t extent = view->shape[d], stride = view->strides[d];
         if (extent == 1)
             continue;
-        if (expect == 0) {
-            ok = stride > 0 && stride % size == 0;
+        if (first) {
+            ok = stride >= 0 && stride % size == 0 && (stride > 0 || !writable);
             *step = stride / size;
             expect = stride;
+            first = 0;
         }
         ok = ok && stride == expect;
         expect *= extent;
