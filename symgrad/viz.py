@@ -57,7 +57,8 @@ def _shape(shape: Sequence[int]) -> str:
 def _op_label(node) -> str:
     lines = [node.name, " ".join(_shape(shape) for shape, _ in node.outs)]
     saved = node.saved if isinstance(node.saved, tuple) else ()
-    arrays = [s for s in saved if isinstance(s, np.ndarray) and s.ndim]
+    distinct = {id(s): s for s in saved if isinstance(s, np.ndarray) and s.ndim}  # (one J for both inputs)
+    arrays = list(distinct.values())
     if arrays:
         lines.append("saved " + " ".join(_shape(a.shape) for a in arrays))
     return "\n".join(lines)

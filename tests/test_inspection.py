@@ -169,8 +169,9 @@ def test_tape_graph():
     by = {v.split("\\n")[0]: k for k, v in label.items()}
     assert label[by["x"]] == "x\\n(3,)" and label[by["w"]] == "w\\n(3,)"
     assert label[by["SumBackward"]] == "SumBackward\\n()" and label[by["output 0"]] == "output 0\\n()"
-    # saved: the local Jacobians, then the inputs (for a second differentiation)
-    assert label[by["MulBackward"]] == "MulBackward\\n(3,)\\nsaved (3,) (3,) (3,) (3,)"
+    # saved: the kernel's local Jacobian (one array, a column per input), then the inputs (for a second
+    # differentiation)
+    assert label[by["MulBackward"]] == "MulBackward\\n(3,)\\nsaved (3, 1, 2) (3,) (3,)"
     expected = {
         ("x", "MulBackward"),
         ("w", "MulBackward"),
@@ -193,7 +194,7 @@ def test_tape_graph_of_a_compiled_function_and_its_render_error(monkeypatch, tmp
     nodes, edges = dot_graph(sg.viz.graph(softplus(x)))
     assert sorted(a["label"] for a in nodes.values()) == [
         "(4,)",
-        "SoftplusBackward\\n(4,)\\nsaved (4,) (4,)",
+        "SoftplusBackward\\n(4,)\\nsaved (4, 1, 1) (4,)",
         "output 0\\n(4,)",
     ]
     assert len(edges) == 2
