@@ -272,3 +272,134 @@ def test_a_chains_last_node_accumulates_through_the_fused_call(mul_add, swap, dt
     assert calls == []
     np.testing.assert_allclose(x.grad.numpy(), tx.grad.numpy(), rtol=rtol)
     np.testing.assert_allclose(gx.numpy(), tgx.numpy(), rtol=rtol)
+
+
+@pytest.fixture
+def mul_add_sum(mul_add):
+    return fused.MUL_ADD_SUM[0]
+
+
+LEADING = [  # (output shape, input shape): the summed axes lead
+    ((10,), (1,)),
+    ((5,), ()),
+    ((129,), (1,)),
+    ((4096,), (1,)),
+    ((3, 10), (10,)),
+    ((3, 10), (1,)),
+    ((3, 10), ()),
+    ((100, 2), (2,)),
+    ((2, 100), (1, 100)),
+    ((2, 3, 4), (3, 4)),
+    ((2, 3, 4), (4,)),
+    ((4, 1, 6), (6,)),
+    ((300, 1), (1,)),
+    ((7, 300), (1, 1)),
+]
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("shapes", LEADING, ids=str)
+def test_mul_add_sum_reduces_as_numpy_does(mul_add_sum, dtype, shapes):
+    """A broadcast input's gradient, ``acc += sum_to_shape(g * J[..., 0, k], shape)``, bit for bit: NumPy
+    adds whole rows in order from 0.0, or sums everything pairwise (blocks of 8, halves past 128)."""
+    from symgrad.compiled.arguments import leading_sum, sum_to_shape
+
+    out_shape, shape = shapes
+    assert leading_sum(out_shape, shape)
+    rng = np.random.default_rng(len(out_shape) * 1000 + sum(out_shape))
+    for width in (1, 2):
+        g = (rng.standard_normal(out_shape) * 10.0 ** rng.integers(-6, 7, out_shape)).astype(dtype)
+        jacobian = rng.standard_normal((*out_shape, 1, width)).astype(dtype)
+        for k in range(width):
+            acc = rng.standard_normal(shape).astype(dtype)
+            expected = acc + sum_to_shape(g * jacobian[..., 0, k], shape)
+            assert mul_add_sum(acc, g, jacobian, k) is True
+            assert np.array_equal(acc, expected)
+    zeros = np.full(out_shape, -0.0, dtype)  # NumPy's sum starts from +0.0: -0.0 terms give +0.0
+    acc = np.full(shape, -0.0, dtype)
+    expected = acc + sum_to_shape(zeros * np.ones(out_shape, dtype), shape)
+    assert mul_add_sum(acc, zeros, np.ones((*out_shape, 1, 1), dtype), 0) is True
+    assert np.array_equal(np.signbit(acc), np.signbit(expected)) and np.array_equal(acc, expected)
+
+
+def test_mul_add_sum_takes_a_broadcast_seed_and_special_values(mul_add_sum):
+    from symgrad.compiled.arguments import sum_to_shape
+
+    g = np.broadcast_to(np.float64(0.5), (3, 10))  # a reduction's backward hands this on
+    jacobian = np.linspace(-1, 1, 60).reshape(3, 10, 1, 2)
+    jacobian[1, 3, 0, 1] = np.inf
+    jacobian[2, 4, 0, 1] = np.nan
+    for shape in [(10,), (1,)]:
+        acc = np.zeros(shape)
+        expected = acc + sum_to_shape(g * jacobian[..., 0, 1], shape)
+        assert mul_add_sum(acc, g, jacobian, 1) is True
+        np.testing.assert_array_equal(acc, expected)  # (NaN where NumPy has NaN)
+
+
+def test_mul_add_sum_refuses_what_it_cannot_take(mul_add_sum):
+    g, jacobian = np.ones((3, 4)), np.ones((3, 4, 1, 2))
+    frozen = np.zeros(4)
+    frozen.flags.writeable = False
+    base = np.zeros(40)
+    refused = [
+        (np.zeros((3, 4)), g, jacobian, 0),  # nothing summed: mul_add's job
+        (np.zeros(5), g, jacobian, 0),  # 12 values are not whole rows of 5
+        (np.zeros(4, np.float32), g, jacobian, 0),  # dtypes differ
+        (np.zeros(4), g, np.ones((3, 4, 1, 4))[..., :2], 0),  # J not contiguous
+        (np.zeros(4), g, jacobian, 2),  # no column 2 of two
+        (frozen, g, jacobian, 0),  # read-only
+        (base[:4], base[4:16].reshape(3, 4), jacobian, 0),  # apart: taken (checked below)
+        (base[:4], base[2:14].reshape(3, 4), jacobian, 0),  # g overlaps acc
+    ]
+    for i, args in enumerate(refused):
+        before = args[0].copy()
+        done = mul_add_sum(*args)
+        assert done is (i == 6)
+        if not done:
+            assert np.array_equal(args[0], before)
+    with pytest.raises(TypeError, match="column k"):
+        mul_add_sum(np.zeros(4), g, jacobian)
+
+
+def test_leading_sum_says_which_broadcasts_numpy_sums_by_rows():
+    from symgrad.compiled.arguments import leading_sum
+
+    assert all(leading_sum(*shapes) for shapes in LEADING)
+    assert not leading_sum((3, 10), (3, 1))  # the summed axis comes after a kept one
+    assert not leading_sum((2, 3, 4), (2, 1, 4))
+    assert not leading_sum((2, 3, 4), (1, 3, 1))
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_broadcast_ops_accumulate_through_the_fused_sum(mul_add, dtype):
+    """``x * w(1,)``, a bias added over a batch: once ``.grad`` exists, each broadcast input's gradient is
+    summed and added in one call, the same bits as NumPy's path, and PyTorch's values."""
+    torch = pytest.importorskip("torch")
+    rtol = {"float64": 1e-12, "float32": 1e-5}[dtype]
+    rng = np.random.default_rng(11)
+    a = rng.standard_normal((3, 10)).astype(dtype)
+    s, b = rng.standard_normal(1).astype(dtype), rng.standard_normal(10).astype(dtype)
+    seed = rng.standard_normal((3, 10)).astype(dtype)
+    calls = []
+    real = fused.MUL_ADD_SUM[0]
+    grads = []
+    for on in (True, False):
+        fused.MUL_ADD_SUM[0] = (lambda *args: calls.append(real(*args)) or calls[-1]) if on else None
+        try:
+            x, w, c = (sg.tensor(v, requires_grad=True) for v in (a, s, b))
+            for _ in range(3):
+                (x * w).backward(sg.tensor(seed))
+                (x + c).backward(sg.tensor(seed))
+                (x * w).sum().backward()
+        finally:
+            fused.MUL_ADD_SUM[0] = real
+        grads.append([t.grad.numpy().copy() for t in (x, w, c)])
+    assert calls == [True] * 7  # w's .grad exists after the first product, c's after its first sum
+    assert all(np.array_equal(p, q) for p, q in zip(*grads))
+    tx, tw, tc = (torch.tensor(v, requires_grad=True) for v in (a, s, b))
+    for _ in range(3):
+        (tx * tw).backward(torch.tensor(seed))
+        (tx + tc).backward(torch.tensor(seed))
+        (tx * tw).sum().backward()
+    for mine, theirs in zip(grads[0], (tx, tw, tc)):
+        np.testing.assert_allclose(mine, theirs.grad.numpy(), rtol=rtol, atol=rtol)

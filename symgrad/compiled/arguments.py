@@ -250,6 +250,23 @@ def broadcast_axes(shape: tuple, target: tuple) -> tuple[int, ...]:
     )
 
 
+@functools.lru_cache(maxsize=1024)
+def leading_sum(shape: tuple, target: tuple) -> bool:
+    """Whether ``sum_to_shape`` from ``shape`` to ``target`` sums only axes that come before every axis it
+    keeps (ignoring axes of length 1): NumPy then adds whole rows of the kept values in order, or, when it
+    keeps none, sums everything pairwise, as ``fused.MUL_ADD_SUM`` does."""
+    lead = len(shape) - len(target)
+    kept = False
+    for i, n in enumerate(shape):
+        if n == 1:
+            continue
+        summed = i < lead or target[i - lead] == 1
+        if summed and kept:
+            return False
+        kept = kept or not summed
+    return True
+
+
 def sum_to_shape(g: np.ndarray, shape: tuple) -> np.ndarray:
     """Sum ``g`` over the axes that broadcasting added or stretched to reach ``shape``."""
     if g.shape == shape:

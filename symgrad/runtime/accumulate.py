@@ -11,7 +11,8 @@ from typing import Any
 import numpy as np
 
 from symgrad.backends.fused import MUL_ADD as _MUL_ADD
-from symgrad.compiled.arguments import sum_to_shape
+from symgrad.backends.fused import MUL_ADD_SUM as _MUL_ADD_SUM
+from symgrad.compiled.arguments import leading_sum, sum_to_shape
 from symgrad.runtime import inplace as _inplace
 from symgrad.runtime.autograd import _SECOND_BACKWARD, FREED, Node
 from symgrad.runtime.hooks import apply_hook, wrap
@@ -91,9 +92,10 @@ def products_to_leaves(node: Node, g: np.ndarray, retain_graph: bool, kept: list
 def accumulate_products(leaves: tuple, g: np.ndarray, saved: tuple, kept: list) -> None:
     """``accumulate_all`` of the gradients ``g * column k`` summed to input k's shape (a ``saves_columns``
     node's ``saved``: J or None per input, then the inputs) into ``plain_leaves``: where ``.grad`` already
-    has the input's shape, the output's, one fused call adds the product in place (``fused.MUL_ADD`` on J's
-    column k, same rounding; it refuses another dtype or layout), else through ``accumulate``."""
-    mul_add = _MUL_ADD[0]
+    has the input's shape, one fused call adds the product in place (``fused.MUL_ADD`` on J's column k, or
+    ``fused.MUL_ADD_SUM`` for an input that broadcast along leading axes; both round as NumPy does and refuse
+    another dtype or layout), else through ``accumulate``."""
+    mul_add, mul_add_sum = _MUL_ADD[0], _MUL_ADD_SUM[0]
     n = len(leaves)
     out_shape = g.shape
     with ACCUMULATING:
@@ -104,14 +106,14 @@ def accumulate_products(leaves: tuple, g: np.ndarray, saved: tuple, kept: list) 
             jacobian = saved[k]
             shape = saved[n + k].shape
             grad = leaf.grad
-            if (
-                shape != out_shape  # (broadcast: summed back)
-                or grad is None
-                or mul_add is None
-                or grad.data.shape != shape
-                or not mul_add(grad.data, g, jacobian, k)
-            ):
-                accumulate(leaf, sum_to_shape(g * jacobian[..., 0, k], shape), False, kept)
+            if grad is not None and grad.data.shape == shape:
+                if shape == out_shape:
+                    if mul_add is not None and mul_add(grad.data, g, jacobian, k):
+                        continue
+                elif mul_add_sum is not None and leading_sum(out_shape, shape):
+                    if mul_add_sum(grad.data, g, jacobian, k):
+                        continue
+            accumulate(leaf, sum_to_shape(g * jacobian[..., 0, k], shape), False, kept)
 
 
 def accumulate(leaf: Any, g: Any, graph: bool, kept: list) -> None:

@@ -11,9 +11,10 @@ a one-element array of the kernel's dtype. An array that is not C-contiguous or 
 ``itemsize`` (or a result that is not writable) raises ValueError before anything runs. The caller has
 checked dtypes and shapes, as it does for cffi.
 
-The extension's ``mul_add`` (``acc += g * j`` on small float arrays) becomes ``symgrad.backends.fused``'s, for
-the tape's gradient accumulation. ``caller()`` is None when the extension cannot be built; the backend then
-keeps cffi's call (and the tape NumPy's accumulation).
+The extension's ``mul_add`` (``acc += g * j`` on small float arrays) and ``mul_add_sum`` (the same, summed
+over leading axes) become ``symgrad.backends.fused``'s, for the tape's gradient accumulation. ``caller()``
+is None when the extension cannot be built; the backend then keeps cffi's call (and the tape NumPy's
+accumulation).
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ def caller() -> Callable[..., None] | None:
             module = cffi_build.load_extension(_source(), LABEL)
             _caller.append(module.call)
             fused.MUL_ADD[0] = module.mul_add
+            fused.MUL_ADD_SUM[0] = module.mul_add_sum
         except (CompileError, CompilerUnavailable, ImportError, OSError) as exc:
             if debug(1):
                 say(f"the direct kernel call is unavailable ({exc}); using cffi's")

@@ -183,7 +183,109 @@ static PyObject *sg_mul_add(PyObject *self, PyObject *const *args, Py_ssize_t na
     Py_RETURN_FALSE;
 }
 
+/* NumPy's pairwise summation (loops_utils.h.src) of the products g[i*sg] * j[i*sj], i < n, each rounded
+   before it is added (as NumPy sums the product array): the same blocks of 8, the same order */
+#define SG_PAIRWISE(T, NAME)                                                                               \
+    static T NAME(const T *g, Py_ssize_t sg, const T *j, Py_ssize_t sj, Py_ssize_t n)                      \
+    {                                                                                                      \
+        if (n < 8) {                                                                                       \
+            T res = -0.0;                                                                                  \
+            for (Py_ssize_t i = 0; i < n; ++i)                                                             \
+                res = res + g[i * sg] * j[i * sj];                                                         \
+            return res;                                                                                    \
+        }                                                                                                  \
+        if (n <= 128) {                                                                                    \
+            T r[8];                                                                                        \
+            Py_ssize_t i;                                                                                  \
+            for (int k = 0; k < 8; ++k)                                                                    \
+                r[k] = g[k * sg] * j[k * sj];                                                              \
+            for (i = 8; i < n - n % 8; i += 8)                                                             \
+                for (int k = 0; k < 8; ++k)                                                                \
+                    r[k] = r[k] + g[(i + k) * sg] * j[(i + k) * sj];                                       \
+            T res = ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7]));                     \
+            for (; i < n; ++i)                                                                             \
+                res = res + g[i * sg] * j[i * sj];                                                         \
+            return res;                                                                                    \
+        }                                                                                                  \
+        Py_ssize_t n2 = n / 2;                                                                             \
+        n2 -= n2 % 8;                                                                                      \
+        return NAME(g, sg, j, sj, n2) + NAME(g + n2 * sg, sg, j + n2 * sj, sj, n - n2);                    \
+    }
+SG_PAIRWISE(double, sg_pairwise_d)
+SG_PAIRWISE(float, sg_pairwise_f)
+
+/* acc[b] += the sum over a < n/m of g[a*m + b] * j[(a*m + b)*w + k] (m: acc's size, more than one row) */
+#define SG_ROWS(T, NAME)                                                                                   \
+    static void NAME(T *acc, Py_ssize_t m, const T *g, Py_ssize_t sg, const T *j, Py_ssize_t sj,           \
+                     Py_ssize_t n)                                                                         \
+    {                                                                                                      \
+        for (Py_ssize_t b = 0; b < m; ++b) {                                                               \
+            T sum = 0.0;                                                                                   \
+            for (Py_ssize_t i = b; i < n; i += m)                                                          \
+                sum = sum + g[i * sg] * j[i * sj];                                                         \
+            acc[b] = acc[b] + sum;                                                                         \
+        }                                                                                                  \
+    }
+SG_ROWS(double, sg_rows_d)
+SG_ROWS(float, sg_rows_f)
+
+/* mul_add_sum(acc, g, j, k): acc += np.add.reduce(g * j[..., 0, k]) over the leading axes that broadcasting
+   added or stretched (the caller checked that the summed axes lead), rounded as NumPy's reduction is: from
+   0.0, whole rows in order when acc holds more than one value, else NumPy's pairwise sum of all. g holds
+   n = r * m values (m: acc's, r > 1), contiguous or equally spaced; j is a whole contiguous Jacobian with
+   w values per element of g. True when done; False, with acc untouched, for any other arguments. */
+static PyObject *sg_mul_add_sum(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    Py_buffer v[3];
+    char kind[3];
+    Py_ssize_t n[3], step[3];
+    int got = 0;
+    (void)self;
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "mul_add_sum() takes three arrays (acc, g, j) and a column k");
+        return NULL;
+    }
+    const Py_ssize_t col = PyLong_AsSsize_t(args[3]);
+    if (col == -1 && PyErr_Occurred())
+        return NULL;
+    for (; got < 3; ++got) {
+        n[got] = sg_floats(args[got], &v[got], got == 0, &kind[got], &step[got]);
+        if (n[got] == 0)
+            break;
+    }
+    const Py_ssize_t m = got == 3 ? n[0] : 0, w = got == 3 ? n[2] / n[1] : 0;
+    int ok = got == 3 && kind[1] == kind[0] && kind[2] == kind[0] && n[1] > m && n[1] % m == 0 &&
+             step[2] == 1 && w * n[1] == n[2] && col >= 0 && col < w;
+    ok = ok && sg_apart(&v[0], m, 1, &v[1], n[1], step[1]) && sg_apart(&v[0], m, 1, &v[2], n[2], 1);
+    if (ok) {
+        const Py_ssize_t sg = step[1];
+        if (kind[0] == 'd') {
+            double *a = v[0].buf;
+            const double *g = v[1].buf, *j = (const double *)v[2].buf + col;
+            if (m == 1)
+                a[0] = a[0] + (0.0 + sg_pairwise_d(g, sg, j, w, n[1]));
+            else
+                sg_rows_d(a, m, g, sg, j, w, n[1]);
+        } else {
+            float *a = v[0].buf;
+            const float *g = v[1].buf, *j = (const float *)v[2].buf + col;
+            if (m == 1)
+                a[0] = a[0] + (0.0f + sg_pairwise_f(g, sg, j, w, n[1]));
+            else
+                sg_rows_f(a, m, g, sg, j, w, n[1]);
+        }
+    }
+    for (int i = 0; i < got; ++i)
+        PyBuffer_Release(&v[i]);
+    if (ok)
+        Py_RETURN_TRUE;
+    Py_RETURN_FALSE;
+}
+
 static PyMethodDef sg_methods[] = {
+    {"mul_add_sum", (PyCFunction)(void (*)(void))sg_mul_add_sum, METH_FASTCALL,
+     "mul_add_sum(acc, g, j, k): acc += g * j[..., 0, k] summed over leading axes as NumPy sums; False for "
+     "other arguments"},
     {"mul_add", (PyCFunction)(void (*)(void))sg_mul_add, METH_FASTCALL,
      "mul_add(acc, g, j[, k]): acc += g * j (with k: j's column k) on float arrays of one dtype; False for "
      "other arguments"},
