@@ -50,7 +50,8 @@ fuzz: $(STAMP)
 ## ASan intercepts C++ exceptions (torch and JAX throw some when installed: ASan aborted at the first)
 SANITIZE_TESTS := tests/test_c_emitter.py tests/test_activations.py tests/test_nan_regressions.py \
 	tests/test_seed.py tests/test_conventions.py tests/test_adbench.py tests/test_runtime_ops.py \
-	tests/test_pool.py tests/test_nn_optim.py tests/test_c_build.py::test_direct_call_refuses_bad_buffers \
+	tests/test_pool.py tests/test_nn_optim.py tests/test_fused_accumulate.py tests/test_fresh_call.py \
+	tests/test_c_build.py::test_direct_call_refuses_bad_buffers \
 	tests/test_c_build.py::test_run_copies_an_unaligned_input tests/test_c_build.py::test_parallel_rows_match_one_thread
 sanitize: $(STAMP)
 	SYMGRAD_SANITIZE=1 LD_PRELOAD="$$(gcc -print-file-name=libasan.so) $$(gcc -print-file-name=libstdc++.so)" \

@@ -113,10 +113,34 @@ class CKernels:
                 raise PackageError(f"{name} is not in the compiled C module of this package")
             call = direct.caller()
             if call is not None and len(in_shapes) + len(out_shapes) <= direct.MAX_ARRAYS:
-                self._runs[key] = _direct_run(call, address, dtype, in_shapes, out_shapes)
+                run = _direct_run(call, address, dtype, in_shapes, out_shapes)
+                fresh = direct.fresh()
+                if fresh is not None and all(s == () for s in in_shapes):  # per-element, no uniform input
+                    run = _fresh_run(fresh, run, address, dtype, len(in_shapes), out_shapes)
+                self._runs[key] = run
             else:
                 self._runs[key] = _cffi_run(address, self.ffi, dtype, in_shapes, out_shapes)
         return self._runs[key]
+
+
+def _small(dtype: np.dtype, out_shapes: list[tuple]) -> int:
+    """Batches of fewer elements than this get plain ``np.empty`` results, without the pool's call."""
+    return pool.POOL_MIN // dtype.itemsize // max([1, *(prod(t) for t in out_shapes)])
+
+
+def _fresh_run(fresh, general: Run, address: int, dtype: np.dtype, n_in: int, out_shapes: list[tuple]) -> Run:
+    """``general`` with ``direct.fresh`` first: a small batch of ready per-element inputs (the tape's ops)
+    runs with its results allocated in C; anything else takes ``general``."""
+    outs, small, typenum = tuple(out_shapes), _small(dtype, out_shapes), dtype.num
+
+    def run(inputs: tuple, batch: tuple, out: tuple | None = None) -> tuple:
+        if out is None:
+            results = fresh(address, n_in, small, typenum, batch, outs, *inputs)
+            if results is not None:
+                return results
+        return general(inputs, batch, out)
+
+    return run
 
 
 def _direct_run(call, address: int, dtype: np.dtype, in_shapes: list[tuple], out_shapes: list[tuple]) -> Run:
@@ -128,8 +152,7 @@ def _direct_run(call, address: int, dtype: np.dtype, in_shapes: list[tuple], out
     elementwise = all(s == () for s in ins)  # (no uniform input either)
     single = len(outs) == 1 and outs[0] == ()
     pair = outs if len(outs) == 2 else None  # (value, Jacobian) and other two-result programs
-    # batches of fewer elements than this get plain np.empty results, without the pool's call
-    small = pool.POOL_MIN // dtype.itemsize // max([1, *(prod(t) for t in outs)])
+    small = _small(dtype, out_shapes)
 
     def run(inputs: tuple, batch: tuple, out: tuple | None = None) -> tuple:
         if len(inputs) != n_in:  # the kernel would read or write past the pointers it is given

@@ -7,6 +7,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import numpy
+
 from symgrad import abi
 from symgrad.backends.c import units
 from symgrad.backends.c.toolchain import PYTHON_INCLUDE, WIDE_FLAG, Toolchain
@@ -178,8 +180,16 @@ def cffi_steps(tmp: Path, source: str, cdef: str, glue: str, tc: Toolchain, name
     return "kernels.c", steps, link
 
 
+def numpy_flags() -> list[str]:
+    """NumPy's include directory and ``-DSG_NUMPY`` where its C API headers are installed (the direct-call
+    extension's ``fresh`` uses them; without them it is built without ``fresh``)."""
+    include = numpy.get_include()
+    return [f"-I{include}", "-DSG_NUMPY"] if Path(include, "numpy", "arrayobject.h").is_file() else []
+
+
 def extension_steps(tmp: Path, source: str, tc: Toolchain, name: str, so: str) -> tuple:
-    """One C file that includes Python.h, compiled with the probed flags (no OpenMP: it has no loops)."""
+    """One C file that includes Python.h (and NumPy's C API headers: ``numpy_flags``), compiled with the
+    probed flags (no OpenMP: it has no loops)."""
     (tmp / "module.c").write_text(source)
     flags = [f for f in tc.flags if f != "-fopenmp"]
     step = [
@@ -188,6 +198,7 @@ def extension_steps(tmp: Path, source: str, tc: Toolchain, name: str, so: str) -
         *sanitize_flags(),
         f"-DSG_MODULE={name}",
         f"-I{PYTHON_INCLUDE}",
+        *numpy_flags(),
         "-c",
         "-o",
         "module.o",

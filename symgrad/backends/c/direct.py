@@ -40,6 +40,7 @@ def _source() -> str:
 
 
 _caller: list = []
+_fresh: list = [None]
 
 
 def caller() -> Callable[..., None] | None:
@@ -48,6 +49,7 @@ def caller() -> Callable[..., None] | None:
         try:
             module = cffi_build.load_extension(_source(), LABEL)
             _caller.append(module.call)
+            _fresh[0] = getattr(module, "fresh", None)  # (built without NumPy's headers: none)
             fused.MUL_ADD[0] = module.mul_add
             fused.MUL_ADD_SUM[0] = module.mul_add_sum
         except (CompileError, CompilerUnavailable, ImportError, OSError) as exc:
@@ -55,3 +57,13 @@ def caller() -> Callable[..., None] | None:
                 say(f"the direct kernel call is unavailable ({exc}); using cffi's")
             _caller.append(None)
     return _caller[0]
+
+
+def fresh() -> Callable[..., tuple | None] | None:
+    """The extension's ``fresh`` (None where ``caller()`` is, or NumPy's headers are not installed):
+    ``fresh(address, n_inputs, small, typenum, batch, tails, *inputs)`` runs the kernel on per-element
+    inputs that are already exact C-contiguous arrays of the dtype and shape ``batch`` (or Python numbers)
+    into new arrays allocated in C (NumPy's C API), one per output tail, for fewer than ``small`` elements;
+    None, with nothing run, for any other call."""
+    caller()
+    return _fresh[0]

@@ -2,6 +2,10 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
+#ifdef SG_NUMPY /* (NumPy's headers were found: fresh) */
+#define NPY_NO_DEPRECATED_API NPY_1_7_API_VERSION
+#include <numpy/arrayobject.h>
+#endif
 
 #define SG_STR2(x) #x
 #define SG_STR(x) SG_STR2(x)
@@ -67,6 +71,137 @@ static PyObject *sg_call(PyObject *self, PyObject *const *args, Py_ssize_t nargs
         return NULL;
     Py_RETURN_NONE;
 }
+
+#ifdef SG_NUMPY
+/* fresh(address, n_inputs, small, typenum, batch, tails, *inputs): the tape's hot path, the kernel at address
+   on per-element inputs that are ready (exact ndarrays of the dtype typenum, in native byte order, of shape
+   batch, C-contiguous and aligned) or Python numbers (floats, and ints within 2**53: exact in a double, so
+   one rounding to float32 as NumPy's), filled out here, into new arrays of shapes batch + tail, one per
+   tail, allocated here: their tuple. None, with nothing run, for anything else (other inputs, no
+   elements, or small or more elements: the caller's pool takes those), so that the caller takes its
+   general path. */
+static PyObject *sg_fresh(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    npy_intp dims[NPY_MAXDIMS];
+    void *p[SG_MAX_ARRAYS];
+    double number[SG_MAX_ARRAYS];
+    int is_number[SG_MAX_ARRAYS];
+    (void)self;
+    if (nargs < 6) {
+        PyErr_SetString(PyExc_TypeError, "fresh() takes an address, n_inputs, small, typenum, batch, tails, inputs");
+        return NULL;
+    }
+    void *fn = PyLong_AsVoidPtr(args[0]);
+    const Py_ssize_t n_in = PyLong_AsSsize_t(args[1]);
+    const Py_ssize_t small = PyLong_AsSsize_t(args[2]);
+    const int typenum = (int)PyLong_AsLong(args[3]);
+    if (PyErr_Occurred())
+        return NULL;
+    PyObject *batch = args[4], *tails = args[5];
+    if (fn == NULL || (typenum != NPY_DOUBLE && typenum != NPY_FLOAT) || !PyTuple_CheckExact(batch) ||
+        !PyTuple_CheckExact(tails) || nargs - 6 != n_in || n_in + PyTuple_GET_SIZE(tails) > SG_MAX_ARRAYS ||
+        PyTuple_GET_SIZE(batch) > NPY_MAXDIMS)
+        Py_RETURN_NONE;
+    const int nb = (int)PyTuple_GET_SIZE(batch);
+    npy_intp n = 1;
+    for (int d = 0; d < nb; ++d) {
+        PyObject *item = PyTuple_GET_ITEM(batch, d);
+        dims[d] = PyLong_CheckExact(item) ? (npy_intp)PyLong_AsSsize_t(item) : -1;
+        if (dims[d] < 0) {
+            PyErr_Clear();
+            Py_RETURN_NONE;
+        }
+        n *= dims[d];
+    }
+    if (n == 0 || n >= small)
+        Py_RETURN_NONE;
+    Py_ssize_t n_numbers = 0;
+    for (Py_ssize_t k = 0; k < n_in; ++k) {
+        PyObject *obj = args[6 + k];
+        is_number[k] = 0;
+        if (PyFloat_CheckExact(obj) || PyLong_CheckExact(obj)) {
+            if (PyFloat_CheckExact(obj))
+                number[k] = PyFloat_AS_DOUBLE(obj);
+            else {
+                int overflow = 0;
+                const long long i = PyLong_AsLongLongAndOverflow(obj, &overflow);
+                if (overflow || i > (1LL << 53) || i < -(1LL << 53))
+                    Py_RETURN_NONE;
+                number[k] = (double)i;
+            }
+            is_number[k] = 1;
+            ++n_numbers;
+            continue;
+        }
+        if (Py_TYPE(obj) != &PyArray_Type)
+            Py_RETURN_NONE;
+        PyArrayObject *a = (PyArrayObject *)obj;
+        if (PyArray_TYPE(a) != typenum || !PyArray_ISNOTSWAPPED(a) || PyArray_NDIM(a) != nb ||
+            !PyArray_IS_C_CONTIGUOUS(a) || !PyArray_ISALIGNED(a))
+            Py_RETURN_NONE;
+        for (int d = 0; d < nb; ++d)
+            if (PyArray_DIMS(a)[d] != dims[d])
+                Py_RETURN_NONE;
+        p[k] = PyArray_DATA(a);
+    }
+    const Py_ssize_t n_out = PyTuple_GET_SIZE(tails);
+    PyObject *result = PyTuple_New(n_out);
+    if (result == NULL)
+        return NULL;
+    for (Py_ssize_t k = 0; k < n_out; ++k) {
+        PyObject *tail = PyTuple_GET_ITEM(tails, k);
+        if (!PyTuple_CheckExact(tail) || nb + PyTuple_GET_SIZE(tail) > NPY_MAXDIMS) {
+            Py_DECREF(result);
+            Py_RETURN_NONE;
+        }
+        const int nd = nb + (int)PyTuple_GET_SIZE(tail);
+        for (int d = nb; d < nd; ++d) {
+            PyObject *item = PyTuple_GET_ITEM(tail, d - nb);
+            dims[d] = PyLong_CheckExact(item) ? (npy_intp)PyLong_AsSsize_t(item) : -1;
+            if (dims[d] < 0) {
+                PyErr_Clear();
+                Py_DECREF(result);
+                Py_RETURN_NONE;
+            }
+        }
+        PyObject *out = PyArray_SimpleNew(nd, dims, typenum);
+        if (out == NULL) {
+            Py_DECREF(result);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(result, k, out);
+        p[n_in + k] = PyArray_DATA((PyArrayObject *)out);
+    }
+    const size_t itemsize = typenum == NPY_DOUBLE ? sizeof(double) : sizeof(float);
+    char *filled = NULL; /* the numbers, each filled out to n values */
+    if (n_numbers) {
+        filled = PyMem_Malloc((size_t)n_numbers * (size_t)n * itemsize);
+        if (filled == NULL) {
+            Py_DECREF(result);
+            return PyErr_NoMemory();
+        }
+        char *at = filled;
+        for (Py_ssize_t k = 0; k < n_in; ++k) {
+            if (!is_number[k])
+                continue;
+            if (typenum == NPY_DOUBLE)
+                for (npy_intp i = 0; i < n; ++i)
+                    ((double *)at)[i] = number[k];
+            else
+                for (npy_intp i = 0; i < n; ++i)
+                    ((float *)at)[i] = (float)number[k];
+            p[k] = at;
+            at += (size_t)n * itemsize;
+        }
+    }
+    const sg_entry entry = (sg_entry)fn;
+    Py_BEGIN_ALLOW_THREADS
+    entry((int64_t)n, p);
+    Py_END_ALLOW_THREADS
+    PyMem_Free(filled);
+    return result;
+}
+#endif
 
 /* A float64 ('d') or float32 ('f') buffer whose elements are equally spaced in C order (contiguous, a
    column of a contiguous array such as a Jacobian's, or, read-only, one value broadcast: spacing 0),
@@ -283,6 +418,11 @@ static PyObject *sg_mul_add_sum(PyObject *self, PyObject *const *args, Py_ssize_
 }
 
 static PyMethodDef sg_methods[] = {
+#ifdef SG_NUMPY
+    {"fresh", (PyCFunction)(void (*)(void))sg_fresh, METH_FASTCALL,
+     "fresh(address, n_inputs, small, typenum, batch, tails, *inputs): the kernel on ready inputs, into new "
+     "arrays; None for other inputs"},
+#endif
     {"mul_add_sum", (PyCFunction)(void (*)(void))sg_mul_add_sum, METH_FASTCALL,
      "mul_add_sum(acc, g, j, k): acc += g * j[..., 0, k] summed over leading axes as NumPy sums; False for "
      "other arguments"},
@@ -299,5 +439,8 @@ static struct PyModuleDef sg_module = {PyModuleDef_HEAD_INIT, SG_STR(SG_MODULE),
 
 PyMODINIT_FUNC SG_CAT(PyInit_, SG_MODULE)(void)
 {
+#ifdef SG_NUMPY
+    import_array(); /* (NumPy's C API, for fresh's arrays; an ImportError when it cannot load) */
+#endif
     return PyModule_Create(&sg_module);
 }
