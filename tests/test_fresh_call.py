@@ -97,3 +97,33 @@ def test_fresh_refuses_what_it_cannot_take_as_it_is(c_kernels):
     np.testing.assert_array_equal(value, x * np.float64(2**53 + 1))
     with pytest.raises(TypeError, match="kernel takes 2 inputs, got 1"):
         run((x,), (6,))
+
+
+@pytest.mark.parametrize("backend", ["c", "numpy"])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_a_one_element_operand_broadcasts_as_its_value(backend, dtype):
+    """A (1,), (1, 1) or 0-d operand reaches the kernel as its value (a Python number: exact in float32
+    too): the results, the gradients summed back to its shape, and the forward without grad are NumPy's
+    and PyTorch's, for -0.0, NaN and a float32 value that a float64 would round differently."""
+    torch = pytest.importorskip("torch")
+    before = sg.get_backend()
+    sg.set_backend(backend)
+    try:
+        x = np.linspace(-1.5, 2.0, 12, dtype=dtype).reshape(3, 4)
+        for value in (np.float32(1.1), -0.0, np.nan):
+            for shape in [(1,), (1, 1), ()]:
+                w = np.full(shape, value, dtype)
+                expected = x * w
+                t, v = sg.tensor(x, requires_grad=True), sg.tensor(w, requires_grad=True)
+                y = t * v
+                np.testing.assert_array_equal(y.detach().numpy(), expected)
+                with sg.no_grad():
+                    np.testing.assert_array_equal((t * v).numpy(), expected)
+                y.sum().backward()
+                tt, tv = torch.tensor(x, requires_grad=True), torch.tensor(w, requires_grad=True)
+                (tt * tv).sum().backward()
+                assert v.grad.shape == shape
+                np.testing.assert_allclose(v.grad.numpy(), tv.grad.numpy(), rtol=1e-5)
+                np.testing.assert_array_equal(t.grad.numpy(), tt.grad.numpy())
+    finally:
+        sg.set_backend(before)

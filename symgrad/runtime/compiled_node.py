@@ -199,9 +199,12 @@ def _broadcast_shape(s: tuple, t: tuple) -> tuple | None:
 
 def _expanded(a: Any, shape: tuple) -> Any:
     """An array ``a`` broadcast to ``shape`` as a new C-contiguous array (numbers and arrays of that shape
-    as they are): every backend then sees same-shape arguments."""
+    as they are; a one-element array as its value, a Python number, exact in float32 too): every backend
+    then sees same-shape arguments or numbers, which it fills out."""
     if type(a) is not np.ndarray or a.shape == shape:
         return a
+    if a.size == 1:
+        return a.item()
     full = np.empty(shape, a.dtype)
     full[...] = a
     return full
