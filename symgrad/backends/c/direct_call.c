@@ -254,6 +254,19 @@ static int sg_apart(const Py_buffer *a, Py_ssize_t na, Py_ssize_t sa, const Py_b
     return a1 <= b0 || b1 <= a0;
 }
 
+/* acc's buffer (writable), g's and j's (sg_floats each, their counts, kinds and spacings): how many were
+   taken, in that order (3: all; the caller releases those taken) */
+static int sg_operands(PyObject *const *args, Py_buffer v[3], char kind[3], Py_ssize_t n[3], Py_ssize_t step[3])
+{
+    int got = 0;
+    for (; got < 3; ++got) {
+        n[got] = sg_floats(args[got], &v[got], got == 0, &kind[got], &step[got]);
+        if (n[got] == 0)
+            break;
+    }
+    return got;
+}
+
 /* mul_add(acc, g, j[, k]): acc += g * j elementwise (the product rounded, then the sum, as NumPy's two
    steps round them: the build passes -ffp-contract=off), on float arrays of one dtype; acc writable and
    contiguous, g and j of acc's element count, contiguous or equally spaced (a Jacobian's column). With k,
@@ -265,7 +278,6 @@ static PyObject *sg_mul_add(PyObject *self, PyObject *const *args, Py_ssize_t na
     Py_buffer v[3];
     char kind[3];
     Py_ssize_t n[3], step[3], col = 0;
-    int got = 0;
     (void)self;
     if (nargs != 3 && nargs != 4) {
         PyErr_SetString(PyExc_TypeError, "mul_add() takes three arrays (acc, g, j) and an optional column k");
@@ -276,11 +288,7 @@ static PyObject *sg_mul_add(PyObject *self, PyObject *const *args, Py_ssize_t na
         if (col == -1 && PyErr_Occurred())
             return NULL;
     }
-    for (; got < 3; ++got) {
-        n[got] = sg_floats(args[got], &v[got], got == 0, &kind[got], &step[got]);
-        if (n[got] == 0)
-            break;
-    }
+    const int got = sg_operands(args, v, kind, n, step);
     int ok = got == 3 && n[1] == n[0] && kind[1] == kind[0] && kind[2] == kind[0];
     Py_ssize_t sj = step[2], j0 = 0; /* j's spacing and first element */
     if (ok && nargs == 4) {
@@ -374,7 +382,6 @@ static PyObject *sg_mul_add_sum(PyObject *self, PyObject *const *args, Py_ssize_
     Py_buffer v[3];
     char kind[3];
     Py_ssize_t n[3], step[3];
-    int got = 0;
     (void)self;
     if (nargs != 4) {
         PyErr_SetString(PyExc_TypeError, "mul_add_sum() takes three arrays (acc, g, j) and a column k");
@@ -383,11 +390,7 @@ static PyObject *sg_mul_add_sum(PyObject *self, PyObject *const *args, Py_ssize_
     const Py_ssize_t col = PyLong_AsSsize_t(args[3]);
     if (col == -1 && PyErr_Occurred())
         return NULL;
-    for (; got < 3; ++got) {
-        n[got] = sg_floats(args[got], &v[got], got == 0, &kind[got], &step[got]);
-        if (n[got] == 0)
-            break;
-    }
+    const int got = sg_operands(args, v, kind, n, step);
     const Py_ssize_t m = got == 3 ? n[0] : 0, w = got == 3 ? n[2] / n[1] : 0;
     int ok = got == 3 && kind[1] == kind[0] && kind[2] == kind[0] && n[1] > m && n[1] % m == 0 &&
              step[2] == 1 && w * n[1] == n[2] && col >= 0 && col < w;
