@@ -357,11 +357,18 @@ static PyObject *sg_mul_add(PyObject *self, PyObject *const *args, Py_ssize_t na
 SG_PAIRWISE(double, sg_pairwise_d)
 SG_PAIRWISE(float, sg_pairwise_f)
 
-/* acc[b] += the sum over a < n/m of g[a*m + b] * j[(a*m + b)*w + k] (m: acc's size, more than one row) */
-#define SG_ROWS(T, NAME)                                                                                   \
-    static void NAME(T *acc, Py_ssize_t m, const T *g, Py_ssize_t sg, const T *j, Py_ssize_t sj,           \
+/* acc[b] += the sum of g[i*sg] * j[i*sj] over i = a*m + b, a < n/m, as NumPy's reduction adds: from 0.0,
+   everything pairwise when acc holds one value (m == 1), else whole rows in order */
+#define SG_SUM_INTO(T, NAME, PAIRWISE)                                                                     \
+    static void NAME(void *acc_, Py_ssize_t m, const void *g_, Py_ssize_t sg, const void *j_, Py_ssize_t sj, \
                      Py_ssize_t n)                                                                         \
     {                                                                                                      \
+        T *acc = acc_;                                                                                     \
+        const T *g = g_, *j = j_;                                                                          \
+        if (m == 1) {                                                                                      \
+            acc[0] = acc[0] + ((T)0.0 + PAIRWISE(g, sg, j, sj, n));                                        \
+            return;                                                                                        \
+        }                                                                                                  \
         for (Py_ssize_t b = 0; b < m; ++b) {                                                               \
             T sum = 0.0;                                                                                   \
             for (Py_ssize_t i = b; i < n; i += m)                                                          \
@@ -369,8 +376,8 @@ SG_PAIRWISE(float, sg_pairwise_f)
             acc[b] = acc[b] + sum;                                                                         \
         }                                                                                                  \
     }
-SG_ROWS(double, sg_rows_d)
-SG_ROWS(float, sg_rows_f)
+SG_SUM_INTO(double, sg_sum_into_d, sg_pairwise_d)
+SG_SUM_INTO(float, sg_sum_into_f, sg_pairwise_f)
 
 /* mul_add_sum(acc, g, j, k): acc += np.add.reduce(g * j[..., 0, k]) over the leading axes that broadcasting
    added or stretched (the caller checked that the summed axes lead), rounded as NumPy's reduction is: from
@@ -395,24 +402,9 @@ static PyObject *sg_mul_add_sum(PyObject *self, PyObject *const *args, Py_ssize_
     int ok = got == 3 && kind[1] == kind[0] && kind[2] == kind[0] && n[1] > m && n[1] % m == 0 &&
              step[2] == 1 && w * n[1] == n[2] && col >= 0 && col < w;
     ok = ok && sg_apart(&v[0], m, 1, &v[1], n[1], step[1]) && sg_apart(&v[0], m, 1, &v[2], n[2], 1);
-    if (ok) {
-        const Py_ssize_t sg = step[1];
-        if (kind[0] == 'd') {
-            double *a = v[0].buf;
-            const double *g = v[1].buf, *j = (const double *)v[2].buf + col;
-            if (m == 1)
-                a[0] = a[0] + (0.0 + sg_pairwise_d(g, sg, j, w, n[1]));
-            else
-                sg_rows_d(a, m, g, sg, j, w, n[1]);
-        } else {
-            float *a = v[0].buf;
-            const float *g = v[1].buf, *j = (const float *)v[2].buf + col;
-            if (m == 1)
-                a[0] = a[0] + (0.0f + sg_pairwise_f(g, sg, j, w, n[1]));
-            else
-                sg_rows_f(a, m, g, sg, j, w, n[1]);
-        }
-    }
+    if (ok) /* (j from its column k) */
+        (kind[0] == 'd' ? sg_sum_into_d : sg_sum_into_f)(v[0].buf, m, v[1].buf, step[1],
+                                                          (const char *)v[2].buf + col * v[2].itemsize, w, n[1]);
     for (int i = 0; i < got; ++i)
         PyBuffer_Release(&v[i]);
     if (ok)
